@@ -107,11 +107,20 @@ func Refill(elapsed time.Duration, rate int64, frac int64) (add, rem int64) {
 // DurationFor returns how long rate micro-tokens per second take to add
 // deficit micro-tokens, rounded up to the nanosecond: after that long the
 // deficit is met. A deficit <= 0 needs no time.
-func DurationFor(deficit, rate int64) time.Duration {
+func DurationFor(deficit, rate int64) time.Duration { return Wait(deficit, 0, rate) }
+
+// Wait returns how long rate micro-tokens per second take to add deficit
+// micro-tokens to a bucket that already holds rem micro-token-nanoseconds of
+// a started micro-token (the remainder Refill returns), rounded up to the
+// nanosecond. It is DurationFor made exact for a bucket that carries a
+// remainder. A deficit <= 0 needs no time.
+func Wait(deficit, rem, rate int64) time.Duration {
 	if deficit <= 0 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(deficit), uint64(time.Second))
+	lo, borrow := bits.Sub64(lo, uint64(rem), 0)
+	hi -= borrow
 	lo, carry := bits.Add64(lo, uint64(rate-1), 0)
 	hi += carry
 	if hi >= uint64(rate) {

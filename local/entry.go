@@ -1,0 +1,122 @@
+package local
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Entry is the shadow bucket of one key: what this instance may spend without
+// asking Redis, what it spent and has not settled, a local token bucket, and
+// the last view of the global bucket, so that denials are answered locally too.
+//
+// Entries are made by a Store and live until they leave it (evicted,
+// removed or drained); then they are retired: their counts hand their
+// contents to the store's owner and accept nothing more. Entry is safe for
+// concurrent use.
+type Entry struct {
+	key  string
+	hash uint64
+
+	// Allowance holds the micro-tokens this instance may spend with no clock
+	// read and no lock.
+	Allowance Tokens
+	// Pending holds the micro-tokens consumed here and not yet settled.
+	Pending Tokens
+
+	touched atomic.Uint32 // the store epoch of the last recency update
+
+	mu        sync.Mutex // protects bucket and bucketSet
+	bucketSet bool       // bucket was set: by SetBucket or its first use
+	bucket    Bucket
+
+	seq     atomic.Uint64 // view sequence: odd while a write is under way
+	vTokens atomic.Int64  // view: micro-tokens the global bucket held
+	vSeen   atomic.Int64  // view: local monotonic time it was seen, ns
+}
+
+// Key returns the key e is the shadow of.
+func (e *Entry) Key() string { return e.key }
+
+// Retired reports whether e has left its store. A retired entry spends and
+// accepts nothing; look the key up again.
+func (e *Entry) Retired() bool { return e.Allowance.Retired() }
+
+// retire retires both counts and returns what they held.
+func (e *Entry) retire() (unused, pending int64) {
+	return e.Allowance.Retire(), e.Pending.Retire()
+}
+
+// TakeAt takes n micro-tokens from e's local bucket at now, if it holds them,
+// and reports whether it did. The bucket is made full the first time it is
+// used (or when it was never set with SetBucket).
+func (e *Entry) TakeAt(now time.Duration, lim Limit, n int64) bool {
+	e.mu.Lock()
+	e.initLocked(now, lim)
+	ok := e.bucket.TakeAt(now, lim, n)
+	e.mu.Unlock()
+	return ok
+}
+
+// Bucket returns a copy of e's local bucket, refilled to now.
+func (e *Entry) Bucket(now time.Duration, lim Limit) Bucket {
+	e.mu.Lock()
+	e.initLocked(now, lim)
+	e.bucket.Advance(now, lim)
+	b := e.bucket
+	e.mu.Unlock()
+	return b
+}
+
+// SetBucket replaces e's local bucket.
+func (e *Entry) SetBucket(b Bucket) {
+	e.mu.Lock()
+	e.bucket = b
+	e.bucketSet = true
+	e.mu.Unlock()
+}
+
+// initLocked makes a bucket that was never set full. e.mu must be held.
+func (e *Entry) initLocked(now time.Duration, lim Limit) {
+	if !e.bucketSet {
+		e.bucket = Full(lim, now)
+		e.bucketSet = true
+	}
+}
+
+// View is the last answer the global bucket gave for a key.
+type View struct {
+	Tokens int64         // micro-tokens the global bucket held; may be negative
+	Seen   time.Duration // local monotonic time the answer arrived; 0: never
+}
+
+// Age returns how old v is at now.
+func (v View) Age(now time.Duration) time.Duration { return max(now-v.Seen, 0) }
+
+// SetView records v as the latest view of the global bucket. Writers are
+// serialised; readers never block and never see a torn view.
+func (e *Entry) SetView(v View) {
+	e.mu.Lock()
+	e.seq.Add(1)
+	e.vTokens.Store(v.Tokens)
+	e.vSeen.Store(int64(v.Seen))
+	e.seq.Add(1)
+	e.mu.Unlock()
+}
+
+// View returns the latest view of the global bucket, the zero View if none
+// was set. It writes no shared memory, so denials answered from it scale
+// across cores.
+func (e *Entry) View() View {
+	for {
+		s := e.seq.Load()
+		if s&1 == 0 {
+			v := View{Tokens: e.vTokens.Load(), Seen: time.Duration(e.vSeen.Load())}
+			if e.seq.Load() == s {
+				return v
+			}
+		}
+		runtime.Gosched() // a writer is between its two increments
+	}
+}

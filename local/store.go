@@ -1,0 +1,326 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// Defaults of Config.
+const (
+	DefaultCapacity = 100_000
+	DefaultShards   = 64
+)
+
+// Config configures a Store. A zero field means its documented default.
+type Config struct {
+	// Capacity bounds the entries the store tracks. It is split evenly over
+	// the shards (rounded up), and each shard evicts its least recently used
+	// entry when it is full. 0 means DefaultCapacity.
+	Capacity int
+	// Shards is the number of independently locked parts, a power of two up
+	// to 65536. Only adding, evicting and refreshing recency take a shard's
+	// lock; lookups take none. 0 means DefaultShards.
+	Shards int
+	// OnEvict receives every entry that leaves the store (evicted to make
+	// room, removed, or drained), with what its allowance held unspent and
+	// what it had consumed and not settled, both in micro-tokens. The entry
+	// is retired first, so nothing more can be spent from it or charged to it:
+	// these figures are final. OnEvict runs on the goroutine that caused the
+	// eviction, after every lock is released. Nil drops the figures.
+	OnEvict func(e *Entry, unused, pending int64)
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("local: invalid config")
+
+// Store is a bounded, sharded set of shadow buckets keyed by string.
+//
+// Looking a key up (Get) takes no lock and writes no shared memory, except
+// that it refreshes the entry's recency once per epoch (see Tick): that takes
+// the shard's lock. Adding a key takes its shard's lock. Each shard keeps
+// recency in a golang-lru simplelru list and evicts its least recently used
+// entry when full.
+//
+// Store is safe for concurrent use. Create one with New.
+type Store struct {
+	seed    maphash.Seed
+	mask    uint64 // len(shards) - 1
+	epoch   atomic.Uint32
+	onEvict func(e *Entry, unused, pending int64)
+	shards  []shard
+}
+
+// shard is one independently locked part of a Store. Readers load table
+// atomically and never lock; writers hold mu.
+type shard struct {
+	table   atomic.Pointer[table]
+	mu      sync.Mutex                       // protects lru, evicted, and writes to table
+	lru     *simplelru.LRU[*Entry, struct{}] // recency and the bound
+	evicted []*Entry                         // entries the lru let go, to hand off after unlocking
+	_       [64]byte                         // keep shards on separate cache lines
+}
+
+// New returns an empty Store.
+func New(cfg Config) (*Store, error) {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("%w: Capacity %d is negative", ErrConfig, cfg.Capacity)
+	}
+	if cfg.Shards < 0 || cfg.Shards > 1<<16 || bits.OnesCount(uint(cfg.Shards)) != 1 {
+		return nil, fmt.Errorf("%w: Shards %d is not a power of two up to 65536", ErrConfig, cfg.Shards)
+	}
+	per := (cfg.Capacity + cfg.Shards - 1) / cfg.Shards
+	s := &Store{
+		seed:    maphash.MakeSeed(),
+		mask:    uint64(cfg.Shards - 1),
+		onEvict: cfg.OnEvict,
+		shards:  make([]shard, cfg.Shards),
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.table.Store(newTable(minSlots))
+		lru, err := simplelru.NewLRU(per, sh.onLRUEvict)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		sh.lru = lru
+	}
+	return s, nil
+}
+
+// Get returns the entry for key, or nil if the store does not track it. It
+// takes no lock, allocates nothing and reads no clock; once per epoch an
+// entry's recency is refreshed under its shard's lock.
+func (s *Store) Get(key string) *Entry {
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	e := sh.table.Load().find(key, h)
+	if e != nil {
+		if ep := s.epoch.Load(); e.touched.Load() != ep {
+			sh.touch(e, ep)
+		}
+	}
+	return e
+}
+
+// GetOrAdd returns the entry for key, adding a new one if the store does not
+// track it; added reports which. Adding may evict the shard's least recently
+// used entry, which is handed to Config.OnEvict before GetOrAdd returns. The
+// key is copied, so the caller's memory is not retained. key must not be
+// empty (check keys with the limiter's validation first).
+func (s *Store) GetOrAdd(key string) (e *Entry, added bool) {
+	if e := s.Get(key); e != nil {
+		return e, false
+	}
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	if e := sh.table.Load().find(key, h); e != nil {
+		sh.mu.Unlock()
+		return e, false
+	}
+	e = &Entry{key: strings.Clone(key), hash: h}
+	e.touched.Store(s.epoch.Load())
+	sh.insertLocked(e)
+	sh.lru.Add(e, struct{}{}) // may evict the oldest: see onLRUEvict
+	var gone *Entry
+	if len(sh.evicted) > 0 {
+		gone = sh.evicted[0]
+		clear(sh.evicted)
+		sh.evicted = sh.evicted[:0]
+	}
+	sh.mu.Unlock()
+	if gone != nil {
+		s.handOff(gone)
+	}
+	return e, true
+}
+
+// Remove retires the entry for key, if there is one, hands it to
+// Config.OnEvict and reports whether there was one.
+func (s *Store) Remove(key string) bool {
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	e := sh.table.Load().find(key, h)
+	if e != nil {
+		sh.lru.Remove(e)
+		clear(sh.evicted)
+		sh.evicted = sh.evicted[:0]
+	}
+	sh.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	s.handOff(e)
+	return true
+}
+
+// Drain removes every entry, handing each to Config.OnEvict, and returns how
+// many there were. Entries added while it runs may stay.
+func (s *Store) Drain() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.lru.Purge()
+		gone := sh.evicted
+		sh.evicted = nil
+		sh.mu.Unlock()
+		for _, e := range gone {
+			s.handOff(e)
+		}
+		n += len(gone)
+	}
+	return n
+}
+
+// Len returns the number of entries tracked.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.lru.Len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Tick starts a new recency epoch. An entry's recency is refreshed at most
+// once per epoch, the first time it is looked up in it, so that a hot key's
+// lookups do not all queue on its shard's lock. The owner calls Tick on a
+// regular beat (the reconciler: once per round). Without Ticks, entries are
+// evicted in the order they were added.
+func (s *Store) Tick() { s.epoch.Add(1) }
+
+// handOff retires e and gives its contents to the owner.
+func (s *Store) handOff(e *Entry) {
+	unused, pending := e.retire()
+	if s.onEvict != nil {
+		s.onEvict(e, unused, pending)
+	}
+}
+
+// touch moves e to the front of its shard's recency list.
+func (sh *shard) touch(e *Entry, epoch uint32) {
+	sh.mu.Lock()
+	sh.lru.Get(e) // a no-op for an entry that has just left
+	e.touched.Store(epoch)
+	sh.mu.Unlock()
+}
+
+// onLRUEvict is the simplelru eviction callback; sh.mu is held. It unlinks e
+// from the lookup table and queues it to be handed off after unlocking.
+func (sh *shard) onLRUEvict(e *Entry, _ struct{}) {
+	sh.removeLocked(e)
+	sh.evicted = append(sh.evicted, e)
+}
+
+// The lookup table of a shard: open addressing with linear probing over
+// atomic pointers. Readers load slots without locks; the writer (holding the
+// shard's lock) fills empty slots, marks removed ones with a tombstone, and
+// replaces the whole table, never editing it in place, when it grows or
+// tombstones pile up. A reader on a replaced table may miss an entry added
+// since (it then takes the locked path) or find one just removed (retired,
+// so it spends nothing): never a wrong one.
+type table struct {
+	slots []atomic.Pointer[Entry]
+	mask  uint64
+	used  int // live entries plus tombstones; written under the shard lock
+	live  int
+}
+
+// minSlots is the size of a new shard's table.
+const minSlots = 8
+
+// tombstone marks a removed slot; it matches no key.
+var tombstone = new(Entry)
+
+func newTable(n int) *table {
+	return &table{slots: make([]atomic.Pointer[Entry], n), mask: uint64(n - 1)}
+}
+
+// find returns the entry for key (of hash h), or nil.
+func (t *table) find(key string, h uint64) *Entry {
+	for i := (h >> 32) & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			return nil
+		}
+		if e.hash == h && e != tombstone && e.key == key {
+			return e
+		}
+	}
+}
+
+// insertLocked adds e, which is not in the table, replacing the table by a
+// larger one first if it would be more than 3/4 used.
+func (sh *shard) insertLocked(e *Entry) {
+	t := sh.table.Load()
+	if (t.used+1)*4 > len(t.slots)*3 {
+		t = t.rebuilt(t.live + 1)
+		sh.table.Store(t)
+	}
+	for i := (e.hash >> 32) & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].Load() == nil {
+			t.slots[i].Store(e)
+			t.used++
+			t.live++
+			return
+		}
+	}
+}
+
+// removeLocked replaces e's slot with a tombstone, if e is in the table.
+func (sh *shard) removeLocked(e *Entry) {
+	t := sh.table.Load()
+	for i := (e.hash >> 32) & t.mask; ; i = (i + 1) & t.mask {
+		p := t.slots[i].Load()
+		if p == nil {
+			return
+		}
+		if p == e {
+			t.slots[i].Store(tombstone)
+			t.live--
+			return
+		}
+	}
+}
+
+// rebuilt returns a new table holding t's live entries, sized for live
+// entries at most half full.
+func (t *table) rebuilt(live int) *table {
+	n := minSlots
+	for n < 2*live {
+		n *= 2
+	}
+	nt := newTable(n)
+	for i := range t.slots {
+		e := t.slots[i].Load()
+		if e == nil || e == tombstone {
+			continue
+		}
+		for j := (e.hash >> 32) & nt.mask; ; j = (j + 1) & nt.mask {
+			if nt.slots[j].Load() == nil {
+				nt.slots[j].Store(e)
+				break
+			}
+		}
+		nt.used++
+		nt.live++
+	}
+	return nt
+}

@@ -1,0 +1,79 @@
+package local
+
+import (
+	"math"
+	"sync/atomic"
+)
+
+// retiredMark is the value of a retired counter. Any count added to it stays
+// negative, so a retired counter is recognised by its sign.
+const retiredMark = math.MinInt64
+
+// Tokens is a count of micro-tokens that can be retired. An Entry keeps two:
+// its allowance, tokens this instance may spend without asking anyone (in
+// lease mode Redis granted them before they are spent, so spending needs no
+// clock, only an atomic compare-and-swap), and its pending consumption, spent
+// here and not yet settled with Redis.
+//
+// Retiring (when the entry leaves the store) hands back what the count held;
+// from then on it spends nothing and accepts nothing, so no token is stranded
+// in an entry nobody will settle. A caller that finds a retired count looks
+// its key up again.
+//
+// The zero Tokens holds nothing and is ready to use. It is safe for
+// concurrent use.
+type Tokens struct {
+	v atomic.Int64 // micro-tokens, >= 0; retiredMark once retired
+}
+
+// Spend takes n micro-tokens if a holds at least n, and reports
+// whether it did. It reads no clock and never blocks.
+func (a *Tokens) Spend(n int64) bool {
+	for {
+		v := a.v.Load()
+		if v < n {
+			return false
+		}
+		if a.v.CompareAndSwap(v, v-n) {
+			return true
+		}
+	}
+}
+
+// Add adds n micro-tokens. It reports false, adding nothing, if a is retired:
+// the caller still owns the n tokens and must account for them elsewhere.
+func (a *Tokens) Add(n int64) bool {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return false
+		}
+		if a.v.CompareAndSwap(v, v+n) {
+			return true
+		}
+	}
+}
+
+// TakeAll empties a and returns what it held (zero if retired),
+// for the caller to give back.
+func (a *Tokens) TakeAll() int64 {
+	for {
+		v := a.v.Load()
+		if v <= 0 {
+			return 0
+		}
+		if a.v.CompareAndSwap(v, 0) {
+			return v
+		}
+	}
+}
+
+// Load returns the micro-tokens a holds; zero once retired.
+func (a *Tokens) Load() int64 { return max(a.v.Load(), 0) }
+
+// Retire empties a for good and returns what it held. Only the
+// first call returns anything.
+func (a *Tokens) Retire() int64 { return max(a.v.Swap(retiredMark), 0) }
+
+// Retired reports whether Retire was called.
+func (a *Tokens) Retired() bool { return a.v.Load() < 0 }
