@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,9 @@ import (
 // contents to the store's owner and accept nothing more. Entry is safe for
 // concurrent use.
 type Entry struct {
-	key  string
-	hash uint64
+	key     string
+	hash    uint32        // the high half of the key's hash: its slot in the table
+	touched atomic.Uint32 // the store epoch of the last recency update
 
 	// Allowance holds the micro-tokens this instance may spend with no clock
 	// read and no lock.
@@ -25,11 +27,8 @@ type Entry struct {
 	// Pending holds the micro-tokens consumed here and not yet settled.
 	Pending Tokens
 
-	touched atomic.Uint32 // the store epoch of the last recency update
-
-	mu        sync.Mutex // protects bucket and bucketSet
-	bucketSet bool       // bucket was set: by SetBucket or its first use
-	bucket    Bucket
+	mu     sync.Mutex // protects bucket
+	bucket Bucket     // bucket.last == unset until first used or set
 
 	seq     atomic.Uint64 // view sequence: odd while a write is under way
 	vTokens atomic.Int64  // view: micro-tokens the global bucket held
@@ -73,15 +72,21 @@ func (e *Entry) Bucket(now time.Duration, lim Limit) Bucket {
 func (e *Entry) SetBucket(b Bucket) {
 	e.mu.Lock()
 	e.bucket = b
-	e.bucketSet = true
 	e.mu.Unlock()
+}
+
+// unset marks a bucket that was never used nor set. No Clock reads it.
+const unset = time.Duration(math.MinInt64)
+
+// newEntry returns a live entry for key with a bucket not yet set.
+func newEntry(key string, hash uint32) *Entry {
+	return &Entry{key: key, hash: hash, bucket: Bucket{last: unset}}
 }
 
 // initLocked makes a bucket that was never set full. e.mu must be held.
 func (e *Entry) initLocked(now time.Duration, lim Limit) {
-	if !e.bucketSet {
+	if e.bucket.last == unset {
 		e.bucket = Full(lim, now)
-		e.bucketSet = true
 	}
 }
 

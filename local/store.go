@@ -20,9 +20,10 @@ const (
 
 // Config configures a Store. A zero field means its documented default.
 type Config struct {
-	// Capacity bounds the entries the store tracks. It is split evenly over
-	// the shards (rounded up), and each shard evicts its least recently used
-	// entry when it is full. 0 means DefaultCapacity.
+	// Capacity bounds the entries the store tracks. Adding a key to a full
+	// store evicts the least recently used entry of the key's shard, so
+	// recency is kept per shard: an approximation of a global LRU that needs
+	// no global lock. 0 means DefaultCapacity.
 	Capacity int
 	// Shards is the number of independently locked parts, a power of two up
 	// to 65536. Only adding, evicting and refreshing recency take a shard's
@@ -50,17 +51,20 @@ var ErrConfig = errors.New("local: invalid config")
 //
 // Store is safe for concurrent use. Create one with New.
 type Store struct {
-	seed    maphash.Seed
-	mask    uint64 // len(shards) - 1
-	epoch   atomic.Uint32
-	onEvict func(e *Entry, unused, pending int64)
-	shards  []shard
+	seed     maphash.Seed
+	mask     uint64 // len(shards) - 1
+	capacity int64
+	count    atomic.Int64 // entries tracked, across shards
+	epoch    atomic.Uint32
+	onEvict  func(e *Entry, unused, pending int64)
+	shards   []shard
 }
 
 // shard is one independently locked part of a Store. Readers load table
 // atomically and never lock; writers hold mu.
 type shard struct {
 	table   atomic.Pointer[table]
+	store   *Store
 	mu      sync.Mutex                       // protects lru, evicted, and writes to table
 	lru     *simplelru.LRU[*Entry, struct{}] // recency and the bound
 	evicted []*Entry                         // entries the lru let go, to hand off after unlocking
@@ -81,17 +85,20 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Shards < 0 || cfg.Shards > 1<<16 || bits.OnesCount(uint(cfg.Shards)) != 1 {
 		return nil, fmt.Errorf("%w: Shards %d is not a power of two up to 65536", ErrConfig, cfg.Shards)
 	}
-	per := (cfg.Capacity + cfg.Shards - 1) / cfg.Shards
 	s := &Store{
-		seed:    maphash.MakeSeed(),
-		mask:    uint64(cfg.Shards - 1),
-		onEvict: cfg.OnEvict,
-		shards:  make([]shard, cfg.Shards),
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(cfg.Shards - 1),
+		capacity: int64(cfg.Capacity),
+		onEvict:  cfg.OnEvict,
+		shards:   make([]shard, cfg.Shards),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
+		sh.store = s
 		sh.table.Store(newTable(minSlots))
-		lru, err := simplelru.NewLRU(per, sh.onLRUEvict)
+		// The store enforces the bound across shards; the list's own bound
+		// only has to be out of the way.
+		lru, err := simplelru.NewLRU(cfg.Capacity+1, sh.onLRUEvict)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
@@ -131,21 +138,53 @@ func (s *Store) GetOrAdd(key string) (e *Entry, added bool) {
 		sh.mu.Unlock()
 		return e, false
 	}
-	e = &Entry{key: strings.Clone(key), hash: h}
+	e = newEntry(strings.Clone(key), uint32(h>>32))
 	e.touched.Store(s.epoch.Load())
 	sh.insertLocked(e)
-	sh.lru.Add(e, struct{}{}) // may evict the oldest: see onLRUEvict
-	var gone *Entry
-	if len(sh.evicted) > 0 {
-		gone = sh.evicted[0]
-		clear(sh.evicted)
-		sh.evicted = sh.evicted[:0]
+	sh.lru.Add(e, struct{}{})
+	full := s.count.Add(1) > s.capacity
+	if full && sh.lru.Len() > 1 {
+		sh.lru.RemoveOldest() // see onLRUEvict
+		full = false
 	}
+	gone := sh.takeEvicted()
 	sh.mu.Unlock()
 	if gone != nil {
 		s.handOff(gone)
 	}
+	if full { // e is alone in its shard: make room in another
+		s.evictFrom(h&s.mask + 1)
+	}
 	return e, true
+}
+
+// evictFrom evicts the least recently used entry of the first shard, from
+// shard i on, that has one.
+func (s *Store) evictFrom(i uint64) {
+	for range s.shards {
+		sh := &s.shards[i&s.mask]
+		sh.mu.Lock()
+		sh.lru.RemoveOldest()
+		gone := sh.takeEvicted()
+		sh.mu.Unlock()
+		if gone != nil {
+			s.handOff(gone)
+			return
+		}
+		i++
+	}
+}
+
+// takeEvicted returns the entry the last single eviction queued, if any, and
+// empties the queue. sh.mu must be held.
+func (sh *shard) takeEvicted() *Entry {
+	if len(sh.evicted) == 0 {
+		return nil
+	}
+	e := sh.evicted[0]
+	clear(sh.evicted)
+	sh.evicted = sh.evicted[:0]
+	return e
 }
 
 // Remove retires the entry for key, if there is one, hands it to
@@ -157,8 +196,7 @@ func (s *Store) Remove(key string) bool {
 	e := sh.table.Load().find(key, h)
 	if e != nil {
 		sh.lru.Remove(e)
-		clear(sh.evicted)
-		sh.evicted = sh.evicted[:0]
+		sh.takeEvicted()
 	}
 	sh.mu.Unlock()
 	if e == nil {
@@ -188,16 +226,7 @@ func (s *Store) Drain() int {
 }
 
 // Len returns the number of entries tracked.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.lru.Len()
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return int(s.count.Load()) }
 
 // Tick starts a new recency epoch. An entry's recency is refreshed at most
 // once per epoch, the first time it is looked up in it, so that a hot key's
@@ -227,6 +256,7 @@ func (sh *shard) touch(e *Entry, epoch uint32) {
 func (sh *shard) onLRUEvict(e *Entry, _ struct{}) {
 	sh.removeLocked(e)
 	sh.evicted = append(sh.evicted, e)
+	sh.store.count.Add(-1)
 }
 
 // The lookup table of a shard: open addressing with linear probing over
@@ -255,12 +285,13 @@ func newTable(n int) *table {
 
 // find returns the entry for key (of hash h), or nil.
 func (t *table) find(key string, h uint64) *Entry {
-	for i := (h >> 32) & t.mask; ; i = (i + 1) & t.mask {
+	h32 := uint32(h >> 32)
+	for i := uint64(h32) & t.mask; ; i = (i + 1) & t.mask {
 		e := t.slots[i].Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e != tombstone && e.key == key {
+		if e.hash == h32 && e != tombstone && e.key == key {
 			return e
 		}
 	}
@@ -274,7 +305,7 @@ func (sh *shard) insertLocked(e *Entry) {
 		t = t.rebuilt(t.live + 1)
 		sh.table.Store(t)
 	}
-	for i := (e.hash >> 32) & t.mask; ; i = (i + 1) & t.mask {
+	for i := uint64(e.hash) & t.mask; ; i = (i + 1) & t.mask {
 		if t.slots[i].Load() == nil {
 			t.slots[i].Store(e)
 			t.used++
@@ -287,7 +318,7 @@ func (sh *shard) insertLocked(e *Entry) {
 // removeLocked replaces e's slot with a tombstone, if e is in the table.
 func (sh *shard) removeLocked(e *Entry) {
 	t := sh.table.Load()
-	for i := (e.hash >> 32) & t.mask; ; i = (i + 1) & t.mask {
+	for i := uint64(e.hash) & t.mask; ; i = (i + 1) & t.mask {
 		p := t.slots[i].Load()
 		if p == nil {
 			return
@@ -313,7 +344,7 @@ func (t *table) rebuilt(live int) *table {
 		if e == nil || e == tombstone {
 			continue
 		}
-		for j := (e.hash >> 32) & nt.mask; ; j = (j + 1) & nt.mask {
+		for j := uint64(e.hash) & nt.mask; ; j = (j + 1) & nt.mask {
 			if nt.slots[j].Load() == nil {
 				nt.slots[j].Store(e)
 				break
