@@ -1,0 +1,111 @@
+package global_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// exampleRedis starts an embedded Redis with its clock at t and returns a
+// client of it and a func that stops both.
+func exampleRedis(t time.Time) (*miniredis.Miniredis, *redis.Client, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	m.SetTime(t)
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                     m.Addr(),
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	return m, rdb, func() { rdb.Close(); m.Close() }
+}
+
+// A burst of 10 and 5 tokens a second: 10 requests pass at once, the 11th
+// waits 200 ms; a second later 5 more pass.
+func ExampleLimiter_Allow() {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m, rdb, stop := exampleRedis(start)
+	defer stop()
+	l, err := global.New(rdb, global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lim := global.Limit{Rate: 5, Burst: 10}
+
+	show := func() {
+		passed := 0
+		for {
+			r, err := l.Allow(ctx, "user42", lim, 1)
+			if err != nil {
+				panic(err)
+			}
+			if !r.Allowed {
+				fmt.Printf("%v: %d passed, then denied: retry after %v, full after %v\n",
+					r.Now.Sub(start), passed, r.RetryAfter, r.ResetAfter)
+				return
+			}
+			passed++
+		}
+	}
+	show()
+	m.SetTime(start.Add(time.Second))
+	show()
+	m.SetTime(start.Add(time.Hour))
+	show()
+	// Output:
+	// 0s: 10 passed, then denied: retry after 200ms, full after 2s
+	// 1s: 5 passed, then denied: retry after 200ms, full after 2s
+	// 1h0m0s: 10 passed, then denied: retry after 200ms, full after 2s
+}
+
+// One settlement round for three keys: charge what an instance spent, give
+// back what it did not, and take an allowance for the next round.
+func ExampleLimiter_Settle() {
+	_, rdb, stop := exampleRedis(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	defer stop()
+	l, err := global.New(rdb, global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	lim, err := global.Limit{Rate: 5, Burst: 10}.Micro()
+	if err != nil {
+		panic(err)
+	}
+	const tok = limit.Micro
+	batch := []global.Settlement{
+		{Key: "alice", Limit: lim, Want: 4 * tok, MinGrant: 1 * tok},
+		{Key: "bob", Limit: lim, Consumed: 8 * tok, Want: 4 * tok, MinGrant: 1 * tok},
+		{Key: "carol", Limit: lim, Consumed: 25 * tok, Want: 4 * tok, MinGrant: 1 * tok},
+	}
+	replies := make([]global.Reply, len(batch))
+	if err := l.Settle(context.Background(), batch, replies); err != nil {
+		panic(err)
+	}
+	for i, r := range replies {
+		fmt.Printf("%s: granted %.1f, left %.1f tokens\n", batch[i].Key, float64(r.Granted)/tok, float64(r.Tokens)/tok)
+	}
+	// Output:
+	// alice: granted 4.0, left 6.0 tokens
+	// bob: granted 2.0, left 0.0 tokens
+	// carol: granted 0.0, left -10.0 tokens
+}
+
+func ExampleLimiter_Key() {
+	l, err := global.New(redis.NewClient(&redis.Options{}), global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l.Key("user42"))
+	fmt.Println(l.Key("a}b"))
+	// Output:
+	// hybrid:{user42}
+	// hybrid:{a}b}
+}

@@ -1,0 +1,213 @@
+// Package global is the authoritative token bucket in Redis. A bucket is a
+// hash per key, changed only by one Lua script (package lua), so every change
+// is atomic, and timed only by Redis TIME, so the clocks of the callers do not
+// matter. State is integer micro-tokens and a timestamp, and every write sets
+// a TTL that ends when the bucket would be full again, so idle keys vanish.
+//
+// Each script call touches one hash-tagged key, so the same code runs on a
+// standalone Redis, Sentinel and Redis Cluster: anything that implements
+// Client, such as redis.UniversalClient.
+//
+// Settle changes many buckets in one pipelined round trip: it is what an
+// in-process tier uses to reconcile its shadow buckets. Allow is the plain
+// exact limiter, one script call per decision.
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is what global needs from go-redis: scripts and pipelines.
+// redis.UniversalClient (Client, ClusterClient, Ring, failover clients)
+// satisfies it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+var _ Client = redis.UniversalClient(nil)
+
+// Config configures a Limiter. The zero value is ready to use.
+type Config struct {
+	// Prefix starts every Redis key: Prefix + ":{" + key + "}". It may not
+	// contain '{' or '}'. "" means "hybrid".
+	Prefix string
+}
+
+// DefaultPrefix is the key prefix used when Config.Prefix is empty.
+const DefaultPrefix = "hybrid"
+
+// Limit is a token-bucket limit: Rate tokens per second refill a bucket that
+// holds at most Burst tokens.
+type Limit = limit.Limit
+
+// MicroLimit is a validated Limit in micro-tokens, as Settle takes it: build
+// one with Limit.Micro.
+type MicroLimit = limit.MicroLimit
+
+// Errors for misuse, reported before Redis is touched. They are the same
+// values as the other tiers use, so errors.Is matches across packages.
+var (
+	ErrInvalidLimit = limit.ErrInvalidLimit
+	ErrInvalidCost  = limit.ErrInvalidCost
+	ErrInvalidKey   = limit.ErrInvalidKey
+)
+
+// ErrReply means the script answered with something other than three
+// integers in range. It is wrapped with the reply that was received.
+var ErrReply = errors.New("garbled script reply")
+
+// maxAmount bounds the micro-token amounts of a Settlement: the script
+// computes with doubles, exact below 2^53.
+const maxAmount = 1<<53 - 1
+
+// Limiter reads and changes token buckets in Redis. It holds no state of its
+// own besides its configuration and is safe for concurrent use. Create one
+// with New.
+type Limiter struct {
+	rdb    Client
+	prefix string // Config.Prefix + ":{"
+	script *redis.Script
+}
+
+// New returns a Limiter that keeps its buckets in rdb.
+func New(rdb Client, cfg Config) (*Limiter, error) {
+	if rdb == nil {
+		return nil, errors.New("global: nil client")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("global: prefix %q contains '{' or '}'", prefix)
+	}
+	return &Limiter{
+		rdb:    rdb,
+		prefix: prefix + ":{",
+		script: redis.NewScript(lua.Settle),
+	}, nil
+}
+
+// Key returns the Redis key of the bucket for key: the prefix, ":{", key and
+// "}". For a fixed prefix the encoding is injective: key is what lies between
+// the prefix's ":{" and the final "}", whatever bytes it holds. Redis Cluster
+// hashes the hash tag, what lies between the first '{' (the one after the
+// prefix, which has no braces) and the first '}' after it. So the slot
+// depends on key alone, and a key that contains '}' only changes which slot
+// its bucket lands in, never which bucket it reaches.
+func (l *Limiter) Key(key string) string {
+	return l.prefix + key + "}"
+}
+
+// Result is the decision of Allow.
+type Result struct {
+	// Allowed reports whether the n tokens were taken.
+	Allowed bool
+	// Remaining is the whole tokens left in the bucket after the decision,
+	// rounded down, never below 0.
+	Remaining int64
+	// RetryAfter is 0 if Allowed, else how long until n tokens are there.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the bucket is full.
+	ResetAfter time.Duration
+	// Limit is the limit the decision was made against.
+	Limit Limit
+	// Now is the Redis time of the decision.
+	Now time.Time
+}
+
+// Allow takes n tokens from the bucket of key if they are all there, in one
+// script call: the exact limiter, with one round trip per decision. If the
+// script is not cached in Redis (after a restart or SCRIPT FLUSH) it is sent
+// again. A denial is a Result, not an error; errors are for invalid
+// arguments (ErrInvalidLimit, ErrInvalidCost, ErrInvalidKey, checked before
+// Redis is touched), for Redis failing and for a reply wrapping ErrReply.
+func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
+	m, cost, err := check(key, lim, n)
+	if err != nil {
+		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
+	}
+	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost).Result()
+	if errors.Is(err, redis.Nil) {
+		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
+	}
+	r, err := parseReply(v, m.Burst, cost)
+	if err != nil {
+		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
+	}
+	return result(r, m, lim, cost), nil
+}
+
+// check validates the arguments of Allow.
+func check(key string, lim Limit, n int64) (limit.MicroLimit, int64, error) {
+	if err := limit.CheckKey(key); err != nil {
+		return limit.MicroLimit{}, 0, err
+	}
+	m, err := lim.Micro()
+	if err != nil {
+		return limit.MicroLimit{}, 0, err
+	}
+	cost, err := m.Cost(n)
+	if err != nil {
+		return limit.MicroLimit{}, 0, err
+	}
+	return m, cost, nil
+}
+
+// result turns a script reply to a request for cost micro-tokens into a Result.
+func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
+	res := Result{
+		Allowed:    r.Granted == cost,
+		Remaining:  max(r.Tokens, 0) / limit.Micro,
+		ResetAfter: limit.DurationFor(m.Burst-r.Tokens, m.Rate),
+		Limit:      lim,
+		Now:        r.Now,
+	}
+	if !res.Allowed {
+		res.RetryAfter = limit.DurationFor(cost-r.Tokens, m.Rate)
+	}
+	return res
+}
+
+// parseReply reads the script's reply {granted, tokens, now_us} for a bucket
+// of burst micro-tokens and a request of want. It never panics: anything else
+// is an error wrapping ErrReply.
+func parseReply(v any, burst, want int64) (Reply, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return Reply{}, fmt.Errorf("%w: got %T, want 3 integers", ErrReply, v)
+	}
+	if len(a) != 3 {
+		return Reply{}, fmt.Errorf("%w: got %d values, want 3 integers", ErrReply, len(a))
+	}
+	var x [3]int64
+	for i, e := range a {
+		n, ok := e.(int64)
+		if !ok {
+			return Reply{}, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
+		}
+		x[i] = n
+	}
+	granted, tokens, now := x[0], x[1], x[2]
+	switch {
+	case granted < 0 || granted > want:
+		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
+	case tokens < -burst || tokens > burst:
+		return Reply{}, fmt.Errorf("%w: tokens %d is outside [%d, %d]", ErrReply, tokens, -burst, burst)
+	case now < 0 || now > maxAmount:
+		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
+	}
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now)}, nil
+}

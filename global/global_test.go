@@ -1,0 +1,722 @@
+package global_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+const M = limit.Micro
+
+func TestNew(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	tests := []struct {
+		prefix string
+		key    string // Key("user42"), or "" for an error
+	}{
+		{"", "hybrid:{user42}"},
+		{"app", "app:{user42}"},
+		{"a:b", "a:b:{user42}"},
+		{"a{b", ""},
+		{"a}b", ""},
+		{"{", ""},
+	}
+	for _, tt := range tests {
+		l, err := global.New(rdb, global.Config{Prefix: tt.prefix})
+		if tt.key == "" {
+			if err == nil || !strings.HasPrefix(err.Error(), "global: ") {
+				t.Errorf("New(prefix %q) = %v, want a global: error", tt.prefix, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("New(prefix %q) = %v, want nil", tt.prefix, err)
+			continue
+		}
+		if got := l.Key("user42"); got != tt.key {
+			t.Errorf("prefix %q: Key(user42) = %q, want %q", tt.prefix, got, tt.key)
+		}
+	}
+	if _, err := global.New(nil, global.Config{}); err == nil {
+		t.Errorf("New(nil) = nil error, want one")
+	}
+}
+
+func TestKeyInjective(t *testing.T) {
+	l, err := global.New(redis.NewClient(&redis.Options{}), global.Config{Prefix: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "a}", "}a", "a}b", "a}{b", "{a}", "a:{b}", ":{a", "}", "}}", "{", "\x00", "a b"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		rk := l.Key(k)
+		if prev, ok := seen[rk]; ok {
+			t.Errorf("Key(%q) = Key(%q) = %q", k, prev, rk)
+		}
+		seen[rk] = k
+		got, ok := strings.CutPrefix(rk, "p:{")
+		if !ok || !strings.HasSuffix(got, "}") || got[:len(got)-1] != k {
+			t.Errorf("Key(%q) = %q, want p:{%s}", k, rk, k)
+		}
+	}
+}
+
+// TestAllow is the acceptance case: burst 10, refill 5 tokens/s.
+func TestAllow(t *testing.T) {
+	const ms = time.Millisecond
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	lim := global.Limit{Rate: 5, Burst: 10}
+	steps := []struct {
+		at        time.Duration // after t0
+		n         int64
+		allowed   bool
+		remaining int64
+		retry     time.Duration
+		reset     time.Duration
+	}{
+		{0, 1, true, 9, 0, 200 * ms},
+		{0, 1, true, 8, 0, 400 * ms},
+		{0, 1, true, 7, 0, 600 * ms},
+		{0, 1, true, 6, 0, 800 * ms},
+		{0, 1, true, 5, 0, 1000 * ms},
+		{0, 1, true, 4, 0, 1200 * ms},
+		{0, 1, true, 3, 0, 1400 * ms},
+		{0, 1, true, 2, 0, 1600 * ms},
+		{0, 1, true, 1, 0, 1800 * ms},
+		{0, 1, true, 0, 0, 2000 * ms},
+		{0, 1, false, 0, 200 * ms, 2000 * ms}, // the 11th
+		{0, 10, false, 0, 2000 * ms, 2000 * ms},
+		{1000 * ms, 1, true, 4, 0, 1200 * ms}, // 5 tokens back
+		{1000 * ms, 1, true, 3, 0, 1400 * ms},
+		{1000 * ms, 1, true, 2, 0, 1600 * ms},
+		{1000 * ms, 1, true, 1, 0, 1800 * ms},
+		{1000 * ms, 1, true, 0, 0, 2000 * ms},
+		{1000 * ms, 1, false, 0, 200 * ms, 2000 * ms}, // the 6th
+		{1500 * ms, 3, false, 2, 100 * ms, 1500 * ms}, // 2.5 tokens
+		{1550 * ms, 3, false, 2, 50 * ms, 1450 * ms},
+		{1600 * ms, 3, true, 0, 0, 2000 * ms}, // 3 tokens
+		{1601 * ms, 1, false, 0, 199 * ms, 1999 * ms},
+		{time.Hour, 1, true, 9, 0, 200 * ms}, // full again
+	}
+	ctx := t.Context()
+	for i, s := range steps {
+		now := t0.Add(s.at)
+		b.m.SetTime(now)
+		got, err := l.Allow(ctx, "user42", lim, s.n)
+		if err != nil {
+			t.Fatalf("step %d: Allow(t0+%v, %d) = %v", i, s.at, s.n, err)
+		}
+		want := global.Result{Allowed: s.allowed, Remaining: s.remaining, RetryAfter: s.retry, ResetAfter: s.reset, Limit: lim, Now: now}
+		if !got.Now.Equal(want.Now) {
+			t.Errorf("step %d: Allow(t0+%v, %d).Now = %v, want %v", i, s.at, s.n, got.Now, want.Now)
+		}
+		got.Now = want.Now
+		if got != want {
+			t.Errorf("step %d: Allow(t0+%v, %d) = %+v, want %+v", i, s.at, s.n, got, want)
+		}
+	}
+}
+
+// TestAllowFractionalRate checks RetryAfter against a rate that does not
+// divide a second: 3 tokens/s, 1 token takes 333.333334 ms rounded up.
+func TestAllowFractionalRate(t *testing.T) {
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	lim := global.Limit{Rate: 3, Burst: 1}
+	ctx := t.Context()
+	if r, err := l.Allow(ctx, "k", lim, 1); err != nil || !r.Allowed {
+		t.Fatalf("first Allow = %+v, %v; want allowed", r, err)
+	}
+	r, err := l.Allow(ctx, "k", lim, 1)
+	if err != nil || r.Allowed || r.RetryAfter != 333333334*time.Nanosecond {
+		t.Fatalf("second Allow = %+v, %v; want denied, RetryAfter 333.333334ms", r, err)
+	}
+	// Redis counts whole microseconds: 333333 µs give 999999 micro-tokens.
+	steps := []struct {
+		at      time.Duration
+		allowed bool
+	}{
+		{333333 * time.Microsecond, false},
+		{333334 * time.Microsecond, true},
+	}
+	for _, s := range steps {
+		b.m.SetTime(t0.Add(s.at))
+		r, err := l.Allow(ctx, "k", lim, 1)
+		if err != nil || r.Allowed != s.allowed {
+			t.Errorf("Allow(t0+%v) = %+v, %v; want allowed %v", s.at, r, err, s.allowed)
+		}
+	}
+}
+
+func TestAllowInvalid(t *testing.T) {
+	ok := global.Limit{Rate: 5, Burst: 10}
+	tests := []struct {
+		name string
+		key  string
+		lim  global.Limit
+		n    int64
+		want error
+	}{
+		{"NaN rate", "k", global.Limit{Rate: math.NaN(), Burst: 10}, 1, global.ErrInvalidLimit},
+		{"+Inf rate", "k", global.Limit{Rate: math.Inf(1), Burst: 10}, 1, global.ErrInvalidLimit},
+		{"-Inf rate", "k", global.Limit{Rate: math.Inf(-1), Burst: 10}, 1, global.ErrInvalidLimit},
+		{"zero rate", "k", global.Limit{Rate: 0, Burst: 10}, 1, global.ErrInvalidLimit},
+		{"negative rate", "k", global.Limit{Rate: -1, Burst: 10}, 1, global.ErrInvalidLimit},
+		{"rate too high", "k", global.Limit{Rate: 2e9, Burst: 10}, 1, global.ErrInvalidLimit},
+		{"zero limit", "k", global.Limit{}, 1, global.ErrInvalidLimit},
+		{"zero burst", "k", global.Limit{Rate: 5}, 1, global.ErrInvalidLimit},
+		{"negative burst", "k", global.Limit{Rate: 5, Burst: -1}, 1, global.ErrInvalidLimit},
+		{"burst too high", "k", global.Limit{Rate: 5, Burst: limit.MaxBurst + 1}, 1, global.ErrInvalidLimit},
+		{"zero cost", "k", ok, 0, global.ErrInvalidCost},
+		{"negative cost", "k", ok, -1, global.ErrInvalidCost},
+		{"cost above burst", "k", ok, 11, global.ErrInvalidCost},
+		{"empty key", "", ok, 1, global.ErrInvalidKey},
+		{"long key", strings.Repeat("k", limit.MaxKeyLen+1), ok, 1, global.ErrInvalidKey},
+	}
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	ctx := t.Context()
+	for _, tt := range tests {
+		before := b.m.CommandCount()
+		_, err := l.Allow(ctx, tt.key, tt.lim, tt.n)
+		if !errors.Is(err, tt.want) || !strings.HasPrefix(fmt.Sprint(err), "global: allow ") {
+			t.Errorf("%s: Allow(%.10q, %+v, %d) = %v, want global: allow ...: %v", tt.name, tt.key, tt.lim, tt.n, err, tt.want)
+		}
+		if n := b.m.CommandCount() - before; n != 0 {
+			t.Errorf("%s: Redis saw %d commands, want 0", tt.name, n)
+		}
+	}
+	// The bounds themselves are valid.
+	for _, c := range []struct {
+		key string
+		lim global.Limit
+		n   int64
+	}{
+		{strings.Repeat("k", limit.MaxKeyLen), ok, 10},
+		{"k", global.Limit{Rate: limit.MinRate, Burst: limit.MaxBurst}, limit.MaxBurst},
+		{"k2", global.Limit{Rate: limit.MaxRate, Burst: 1}, 1},
+	} {
+		if r, err := l.Allow(ctx, c.key, c.lim, c.n); err != nil || !r.Allowed {
+			t.Errorf("Allow(%.10q, %+v, %d) = %+v, %v; want allowed", c.key, c.lim, c.n, r, err)
+		}
+	}
+}
+
+func TestSettleInvalid(t *testing.T) {
+	lim := limit.MicroLimit{Rate: 5 * M, Burst: 10 * M}
+	tests := []struct {
+		name string
+		s    global.Settlement
+		want error
+	}{
+		{"empty key", global.Settlement{Limit: lim}, global.ErrInvalidKey},
+		{"long key", global.Settlement{Key: strings.Repeat("k", limit.MaxKeyLen+1), Limit: lim}, global.ErrInvalidKey},
+		{"zero limit", global.Settlement{Key: "k"}, global.ErrInvalidLimit},
+		{"zero rate", global.Settlement{Key: "k", Limit: limit.MicroLimit{Burst: 10 * M}}, global.ErrInvalidLimit},
+		{"negative rate", global.Settlement{Key: "k", Limit: limit.MicroLimit{Rate: -1, Burst: 10 * M}}, global.ErrInvalidLimit},
+		{"rate too high", global.Settlement{Key: "k", Limit: limit.MicroLimit{Rate: 1e15 + 1, Burst: 10 * M}}, global.ErrInvalidLimit},
+		{"burst below a token", global.Settlement{Key: "k", Limit: limit.MicroLimit{Rate: 1, Burst: M - 1}}, global.ErrInvalidLimit},
+		{"burst too high", global.Settlement{Key: "k", Limit: limit.MicroLimit{Rate: 1, Burst: limit.MaxBurst*M + 1}}, global.ErrInvalidLimit},
+		{"negative consumed", global.Settlement{Key: "k", Limit: lim, Consumed: -1}, global.ErrInvalidCost},
+		{"negative returned", global.Settlement{Key: "k", Limit: lim, Returned: -1}, global.ErrInvalidCost},
+		{"negative want", global.Settlement{Key: "k", Limit: lim, Want: -1}, global.ErrInvalidCost},
+		{"negative min grant", global.Settlement{Key: "k", Limit: lim, MinGrant: -1}, global.ErrInvalidCost},
+		{"consumed 2^53", global.Settlement{Key: "k", Limit: lim, Consumed: 1 << 53}, global.ErrInvalidCost},
+		{"min grant above want", global.Settlement{Key: "k", Limit: lim, Want: M, MinGrant: 2 * M}, global.ErrInvalidCost},
+		{"min grant above burst", global.Settlement{Key: "k", Limit: lim, Want: 20 * M, MinGrant: 11 * M}, global.ErrInvalidCost},
+	}
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	ctx := t.Context()
+	for _, tt := range tests {
+		before := b.m.CommandCount()
+		replies := make([]global.Reply, 1)
+		if err := l.Settle(ctx, []global.Settlement{tt.s}, replies); err != nil {
+			t.Errorf("%s: Settle = %v, want nil", tt.name, err)
+		}
+		if err := replies[0].Err; !errors.Is(err, tt.want) || !strings.HasPrefix(err.Error(), "global: settle ") {
+			t.Errorf("%s: Reply.Err = %v, want global: settle ...: %v", tt.name, err, tt.want)
+		}
+		if n := b.m.CommandCount() - before; n != 0 {
+			t.Errorf("%s: Redis saw %d commands, want 0", tt.name, n)
+		}
+	}
+
+	// An invalid entry does not stop the others.
+	batch := []global.Settlement{
+		{Key: "a", Limit: lim, Want: M, MinGrant: M},
+		{Key: "", Limit: lim, Want: M},
+		{Key: "c", Limit: lim, Want: 2 * M, MinGrant: M},
+	}
+	replies := make([]global.Reply, 3)
+	if err := l.Settle(ctx, batch, replies); err != nil {
+		t.Fatalf("Settle(mixed) = %v", err)
+	}
+	if r := replies[0]; r.Err != nil || r.Granted != M || r.Tokens != 9*M {
+		t.Errorf("Settle(mixed)[0] = %+v, want granted %d tokens %d", r, M, 9*M)
+	}
+	if r := replies[1]; !errors.Is(r.Err, global.ErrInvalidKey) {
+		t.Errorf("Settle(mixed)[1].Err = %v, want %v", r.Err, global.ErrInvalidKey)
+	}
+	if r := replies[2]; r.Err != nil || r.Granted != 2*M || r.Tokens != 8*M {
+		t.Errorf("Settle(mixed)[2] = %+v, want granted %d tokens %d", r, 2*M, 8*M)
+	}
+
+	// Too few replies is an error before anything is sent.
+	before := b.m.CommandCount()
+	if err := l.Settle(ctx, batch, replies[:2]); err == nil || !strings.HasPrefix(err.Error(), "global: settle") {
+		t.Errorf("Settle(3 settlements, 2 replies) = %v, want an error", err)
+	}
+	if n := b.m.CommandCount() - before; n != 0 {
+		t.Errorf("Settle(3 settlements, 2 replies): Redis saw %d commands, want 0", n)
+	}
+	if err := l.Settle(ctx, nil, nil); err != nil {
+		t.Errorf("Settle(nil) = %v, want nil", err)
+	}
+}
+
+// settleCase is one Settlement on one bucket prepared in a given state.
+type settleCase struct {
+	name  string
+	lim   limit.MicroLimit
+	state *state // nil: the key is missing
+	s     global.Settlement
+
+	granted, tokens int64         // at the Redis time the state was written
+	ttl             time.Duration // likewise
+	keepTS          bool          // the stored ts stays the state's (clock went back)
+}
+
+// state is a stored bucket: t tokens as of age ago (ahead if negative).
+type state struct {
+	t   string
+	age time.Duration
+}
+
+func st(t int64, age time.Duration) *state { return &state{t: strconv.FormatInt(t, 10), age: age} }
+
+var (
+	slow  = limit.MicroLimit{Rate: 1, Burst: 10 * M} // one micro-token a second: time hardly matters
+	five  = limit.MicroLimit{Rate: 5 * M, Burst: 10 * M}
+	three = limit.MicroLimit{Rate: 3 * M, Burst: 10 * M}
+)
+
+var settleCases = []settleCase{
+	{name: "missing key is full", lim: slow, s: global.Settlement{},
+		granted: 0, tokens: 10 * M, ttl: time.Second},
+	{name: "missing key grants", lim: slow, s: global.Settlement{Want: 3 * M, MinGrant: 1},
+		granted: 3 * M, tokens: 7 * M, ttl: 3e9 * time.Millisecond},
+	{name: "charge", lim: slow, state: st(10*M, 0), s: global.Settlement{Consumed: 4 * M},
+		tokens: 6 * M, ttl: 4e9 * time.Millisecond},
+	{name: "return", lim: slow, state: st(2*M, 0), s: global.Settlement{Returned: 3 * M},
+		tokens: 5 * M, ttl: 5e9 * time.Millisecond},
+	{name: "return capped at burst", lim: slow, state: st(8*M, 0), s: global.Settlement{Returned: 5 * M},
+		tokens: 10 * M, ttl: time.Second},
+	{name: "debt floored at -burst", lim: slow, state: st(2*M, 0), s: global.Settlement{Consumed: 50 * M},
+		tokens: -10 * M, ttl: 2e10 * time.Millisecond},
+	{name: "return before charge", lim: slow, state: st(9*M, 0), s: global.Settlement{Returned: 5 * M, Consumed: 5 * M},
+		tokens: 5 * M, ttl: 5e9 * time.Millisecond},
+	{name: "partial grant", lim: slow, state: st(3*M, 0), s: global.Settlement{Want: 5 * M, MinGrant: M},
+		granted: 3 * M, tokens: 0, ttl: 1e10 * time.Millisecond},
+	{name: "min grant not met", lim: slow, state: st(3*M, 0), s: global.Settlement{Want: 5 * M, MinGrant: 5 * M},
+		granted: 0, tokens: 3 * M, ttl: 7e9 * time.Millisecond},
+	{name: "min grant met", lim: slow, state: st(5*M, 0), s: global.Settlement{Want: 5 * M, MinGrant: 5 * M},
+		granted: 5 * M, tokens: 0, ttl: 1e10 * time.Millisecond},
+	{name: "no grant in debt", lim: slow, state: st(-2*M, 0), s: global.Settlement{Want: M},
+		granted: 0, tokens: -2 * M, ttl: 12e9 * time.Millisecond},
+	{name: "charge then grant", lim: slow, state: st(10*M, 0), s: global.Settlement{Consumed: 3 * M, Want: 4 * M, MinGrant: 1},
+		granted: 4 * M, tokens: 3 * M, ttl: 7e9 * time.Millisecond},
+	{name: "refill", lim: five, state: st(0, time.Second), s: global.Settlement{},
+		tokens: 5 * M, ttl: time.Second},
+	{name: "refill capped at burst", lim: five, state: st(0, 10*time.Second), s: global.Settlement{},
+		tokens: 10 * M, ttl: time.Second},
+	{name: "refill rounds down", lim: three, state: st(0, 333333*time.Microsecond), s: global.Settlement{},
+		tokens: 999999, ttl: 3001 * time.Millisecond},
+	{name: "refill pays debt", lim: five, state: st(-10*M, time.Second), s: global.Settlement{},
+		tokens: -5 * M, ttl: 3 * time.Second},
+	{name: "clock moved back", lim: five, state: st(2*M, -10*time.Second), s: global.Settlement{Want: M, MinGrant: M},
+		granted: M, tokens: M, ttl: 1800*time.Millisecond + 10*time.Second, keepTS: true},
+	{name: "unreadable state is full", lim: slow, state: &state{t: "abc"}, s: global.Settlement{},
+		tokens: 10 * M, ttl: time.Second},
+	{name: "tokens above a lowered burst", lim: slow, state: st(25*M, 0), s: global.Settlement{},
+		tokens: 10 * M, ttl: time.Second},
+}
+
+// TestSettle runs the settlement semantics on every backend. On miniredis
+// the clock stands still and every value is exact; on a real server time
+// passes between writing the state and settling, and the checks allow for
+// what that time refills.
+func TestSettle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		l := newLimiter(t, b)
+		for _, c := range settleCases {
+			key := c.name
+			rkey := l.Key(key)
+			var written time.Time // Redis time of the state
+			if c.state != nil {
+				written = redisNow(ctx, t, b.rdb, rkey)
+				ts := written.Add(-c.state.age).UnixMicro()
+				if err := b.rdb.HSet(ctx, rkey, "t", c.state.t, "ts", ts).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := c.s
+			s.Key, s.Limit = key, c.lim
+			replies := make([]global.Reply, 1)
+			if err := l.Settle(ctx, []global.Settlement{s}, replies); err != nil {
+				t.Fatalf("%s: Settle = %v", c.name, err)
+			}
+			r := replies[0]
+			if r.Err != nil {
+				t.Errorf("%s: Reply.Err = %v", c.name, r.Err)
+				continue
+			}
+			// What the time between writing and settling may have added.
+			var slack int64
+			if c.state != nil && r.Now.After(written) {
+				d := r.Now.Sub(written).Microseconds()
+				slack = (d*c.lim.Rate + M - 1) / M
+			}
+			if r.Granted < c.granted || r.Granted > c.granted+slack ||
+				r.Tokens < c.tokens || r.Tokens > c.tokens+slack {
+				t.Errorf("%s: Settle(%+v) = granted %d tokens %d, want %d %d (+%d)", c.name, c.s, r.Granted, r.Tokens, c.granted, c.tokens, slack)
+			}
+			ttl := b.ttl(ctx, t, rkey)
+			lo := c.ttl
+			if b.m == nil {
+				lo -= time.Second
+			}
+			if ttl < lo || ttl > c.ttl {
+				t.Errorf("%s: TTL = %v, want %v", c.name, ttl, c.ttl)
+			}
+			h, err := b.rdb.HMGet(ctx, rkey, "t", "ts").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTS := r.Now.UnixMicro()
+			if c.keepTS {
+				wantTS = written.Add(-c.state.age).UnixMicro()
+			}
+			if got, want := fmt.Sprintln(h...), fmt.Sprintln(r.Tokens, wantTS); got != want {
+				t.Errorf("%s: stored t, ts = %s, want %s", c.name, got, want)
+			}
+		}
+	})
+}
+
+// TestSettleSameKey checks that settlements of one key in one batch apply in
+// order.
+func TestSettleSameKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		l := newLimiter(t, b)
+		batch := []global.Settlement{
+			{Key: "k", Limit: slow, Want: 4 * M, MinGrant: 4 * M},
+			{Key: "k", Limit: slow, Want: 4 * M, MinGrant: 4 * M},
+			{Key: "k", Limit: slow, Want: 4 * M, MinGrant: 4 * M},
+			{Key: "k", Limit: slow, Returned: 4 * M, Want: 3 * M, MinGrant: 1},
+		}
+		replies := make([]global.Reply, len(batch))
+		if err := l.Settle(t.Context(), batch, replies); err != nil {
+			t.Fatal(err)
+		}
+		want := [][2]int64{{4 * M, 6 * M}, {4 * M, 2 * M}, {0, 2 * M}, {3 * M, 3 * M}}
+		for i, r := range replies {
+			if r.Err != nil || r.Granted != want[i][0] || !about(r.Tokens, want[i][1]) {
+				t.Errorf("reply %d = %+v, want granted %d tokens %d", i, r, want[i][0], want[i][1])
+			}
+		}
+	})
+}
+
+// TestAllowBurst runs the exact limiter on every backend with a rate so low
+// that the bucket does not refill during the test.
+func TestAllowBurst(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		l := newLimiter(t, b)
+		lim := global.Limit{Rate: limit.MinRate, Burst: 10}
+		for i := range 11 {
+			r, err := l.Allow(ctx, "user42", lim, 1)
+			if err != nil {
+				t.Fatalf("Allow %d: %v", i+1, err)
+			}
+			if i < 10 {
+				if !r.Allowed || r.Remaining != int64(9-i) || r.RetryAfter != 0 {
+					t.Errorf("Allow %d = %+v, want allowed, remaining %d", i+1, r, 9-i)
+				}
+				continue
+			}
+			// 1 token at 1 micro-token/s: 1e6 s, less what has refilled.
+			if r.Allowed || r.Remaining != 0 || r.RetryAfter > 1e6*time.Second || r.RetryAfter < 1e6*time.Second-time.Minute {
+				t.Errorf("Allow 11 = %+v, want denied, RetryAfter about 1e6 s", r)
+			}
+			if r.ResetAfter > 1e7*time.Second || r.ResetAfter < 1e7*time.Second-time.Minute {
+				t.Errorf("Allow 11: ResetAfter = %v, want about 1e7 s", r.ResetAfter)
+			}
+		}
+	})
+}
+
+// TestSettleWrongType checks that a key someone SET to a string fails alone.
+func TestSettleWrongType(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		l := newLimiter(t, b)
+		if err := b.rdb.Set(ctx, l.Key("b"), "not a bucket", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		batch := []global.Settlement{
+			{Key: "a", Limit: slow, Want: M, MinGrant: M},
+			{Key: "b", Limit: slow, Want: M, MinGrant: M},
+			{Key: "c", Limit: slow, Want: M, MinGrant: M},
+		}
+		replies := make([]global.Reply, 3)
+		if err := l.Settle(ctx, batch, replies); err != nil {
+			t.Fatalf("Settle = %v, want nil", err)
+		}
+		for i, r := range replies {
+			if i == 1 {
+				if r.Err == nil || !strings.Contains(r.Err.Error(), "WRONGTYPE") || !strings.HasPrefix(r.Err.Error(), `global: settle "b"`) {
+					t.Errorf("reply b = %+v, want a WRONGTYPE error", r)
+				}
+				continue
+			}
+			if r.Err != nil || r.Granted != M || !about(r.Tokens, 9*M) {
+				t.Errorf("reply %s = %+v, want granted %d tokens %d", batch[i].Key, r, M, 9*M)
+			}
+		}
+		if _, err := l.Allow(ctx, "b", global.Limit{Rate: 1, Burst: 1}, 1); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("Allow(b) = %v, want a WRONGTYPE error", err)
+		}
+		if got, err := b.rdb.Get(ctx, l.Key("b")).Result(); err != nil || got != "not a bucket" {
+			t.Errorf("GET b = %q, %v; want it unchanged", got, err)
+		}
+	})
+}
+
+// TestNoScript checks that both paths recover when Redis has forgotten the
+// script: Settle retries the NOSCRIPT replies of its pipeline with EVAL, and
+// Allow falls back to EVAL.
+func TestNoScript(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		l := newLimiter(t, b)
+		batch := []global.Settlement{
+			{Key: "a", Limit: slow, Want: M, MinGrant: M},
+			{Key: "b", Limit: slow, Want: M, MinGrant: M},
+			{Key: "c", Limit: slow, Want: M, MinGrant: M},
+		}
+		replies := make([]global.Reply, 3)
+		settle := func(round int, wantLog string) {
+			t.Helper()
+			if err := l.Settle(ctx, batch, replies); err != nil {
+				t.Fatalf("round %d: Settle = %v", round, err)
+			}
+			for i, r := range replies {
+				if tokens := (9 - int64(round)) * M; r.Err != nil || r.Granted != M || !about(r.Tokens, tokens) {
+					t.Errorf("round %d: reply %d = %+v, want granted %d tokens %d", round, i, r, M, tokens)
+				}
+			}
+			if got := b.log.take(); wantLog != "" && got != wantLog {
+				t.Errorf("round %d: sent %q, want %q", round, got, wantLog)
+			}
+		}
+		settle(0, "") // the script may be cached or not
+		settle(1, "evalsha=3")
+		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		settle(2, "evalsha NOSCRIPT=3 eval=3")
+		settle(3, "evalsha=3")
+
+		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lim := global.Limit{Rate: limit.MinRate, Burst: 10}
+		for i, want := range []string{"evalsha NOSCRIPT=1 eval=1", "evalsha=1"} {
+			if r, err := l.Allow(ctx, "d", lim, 1); err != nil || !r.Allowed {
+				t.Errorf("Allow %d after SCRIPT FLUSH = %+v, %v; want allowed", i, r, err)
+			}
+			if got := b.log.take(); got != want {
+				t.Errorf("Allow %d after SCRIPT FLUSH sent %q, want %q", i, got, want)
+			}
+		}
+	})
+}
+
+// TestSettleSpread settles many keys in one call; on the cluster they are
+// spread over all three masters.
+func TestSettleSpread(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		l := newLimiter(t, b)
+		batch := make([]global.Settlement, 60)
+		for i := range batch {
+			batch[i] = global.Settlement{Key: fmt.Sprintf("user%d", i), Limit: slow, Consumed: M, Want: 2 * M, MinGrant: 1}
+		}
+		replies := make([]global.Reply, len(batch))
+		if err := l.Settle(ctx, batch, replies); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range replies {
+			if r.Err != nil || r.Granted != 2*M || !about(r.Tokens, 7*M) {
+				t.Errorf("reply %d = %+v, want granted %d tokens %d", i, r, 2*M, 7*M)
+			}
+		}
+		cc, ok := b.rdb.(*redis.ClusterClient)
+		if !ok {
+			return
+		}
+		masters := map[string]int{}
+		for _, s := range batch {
+			node, err := cc.MasterForKey(ctx, l.Key(s.Key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			masters[node.Options().Addr]++
+		}
+		if len(masters) != 3 {
+			t.Errorf("keys on %d masters (%v), want 3", len(masters), masters)
+		}
+	})
+}
+
+// TestSettleClockBack checks on a clock that goes back (a failover to a
+// node whose clock is behind) that the bucket neither refills nor moves its
+// time back, so no interval is refilled twice.
+func TestSettleClockBack(t *testing.T) {
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	steps := []struct {
+		at      time.Duration
+		want    int64
+		granted int64
+		tokens  int64
+	}{
+		{10 * time.Second, 10 * M, 10 * M, 0},
+		{0, M, 0, 0},                        // back 10 s: no refill
+		{9 * time.Second, M, 0, 0},          // still behind the stored time
+		{10200 * time.Millisecond, 0, 0, M}, // 200 ms after it: 1 token
+		{10 * time.Second, 0, 0, M},         // back again
+	}
+	replies := make([]global.Reply, 1)
+	for i, s := range steps {
+		b.m.SetTime(t0.Add(s.at))
+		batch := []global.Settlement{{Key: "k", Limit: five, Want: s.want, MinGrant: s.want}}
+		if err := l.Settle(t.Context(), batch, replies); err != nil {
+			t.Fatal(err)
+		}
+		if r := replies[0]; r.Err != nil || r.Granted != s.granted || r.Tokens != s.tokens || !r.Now.Equal(t0.Add(s.at)) {
+			t.Errorf("step %d: Settle(t0+%v, want %d) = %+v, want granted %d tokens %d", i, s.at, s.want, r, s.granted, s.tokens)
+		}
+	}
+}
+
+// TestSettleExpiry checks that a bucket expires when it is full again and
+// then reads as full.
+func TestSettleExpiry(t *testing.T) {
+	b := newMiniredis(t)
+	l := newLimiter(t, b)
+	ctx := t.Context()
+	replies := make([]global.Reply, 1)
+	settle := func(s global.Settlement) global.Reply {
+		t.Helper()
+		s.Key, s.Limit = "k", five
+		if err := l.Settle(ctx, []global.Settlement{s}, replies); err != nil || replies[0].Err != nil {
+			t.Fatalf("Settle = %v, %v", err, replies[0].Err)
+		}
+		return replies[0]
+	}
+	settle(global.Settlement{Consumed: 10 * M})
+	if got, want := b.m.TTL(l.Key("k")), 2*time.Second; got != want {
+		t.Errorf("TTL = %v, want %v", got, want)
+	}
+	b.m.FastForward(2*time.Second - time.Millisecond)
+	if !b.m.Exists(l.Key("k")) {
+		t.Fatalf("key expired before the bucket is full")
+	}
+	b.m.FastForward(time.Millisecond)
+	if b.m.Exists(l.Key("k")) {
+		t.Fatalf("key alive when the bucket is full")
+	}
+	// The clock did not move: only the missing key makes it full.
+	if r := settle(global.Settlement{}); r.Tokens != 10*M {
+		t.Errorf("after expiry: tokens %d, want %d", r.Tokens, 10*M)
+	}
+}
+
+// TestRoundTripFails checks that when Redis cannot be reached, Settle and
+// Allow fail, and every sent key gets the error too.
+func TestRoundTripFails(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                     m.Addr(),
+		MaxRetries:               -1, // fail fast once the server is gone
+		DialerRetries:            1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	defer rdb.Close()
+	l, err := global.New(rdb, global.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []global.Settlement{
+		{Key: "a", Limit: slow, Want: M},
+		{Key: "", Limit: slow, Want: M},
+		{Key: "c", Limit: slow, Want: M},
+	}
+	replies := make([]global.Reply, 3)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err = l.Settle(ctx, batch, replies)
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "global: settle") {
+		t.Errorf("Settle(cancelled) = %v, want global: settle ...: %v", err, context.Canceled)
+	}
+	for _, i := range []int{0, 2} {
+		if !errors.Is(replies[i].Err, context.Canceled) {
+			t.Errorf("Settle(cancelled): reply %d = %+v, want %v", i, replies[i], context.Canceled)
+		}
+	}
+	if !errors.Is(replies[1].Err, global.ErrInvalidKey) {
+		t.Errorf("Settle(cancelled): reply 1 = %+v, want %v", replies[1], global.ErrInvalidKey)
+	}
+	if _, err := l.Allow(ctx, "a", global.Limit{Rate: 1, Burst: 1}, 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("Allow(cancelled) = %v, want %v", err, context.Canceled)
+	}
+
+	m.Close()
+	if err := l.Settle(t.Context(), batch, replies); err == nil {
+		t.Errorf("Settle(server closed) = nil, want an error")
+	}
+	for _, i := range []int{0, 2} {
+		if replies[i].Err == nil || errors.Is(replies[i].Err, global.ErrReply) {
+			t.Errorf("Settle(server closed): reply %d = %+v, want a connection error", i, replies[i])
+		}
+	}
+	if _, err := l.Allow(t.Context(), "a", global.Limit{Rate: 1, Burst: 1}, 1); err == nil {
+		t.Errorf("Allow(server closed) = nil, want an error")
+	}
+}
+
+// about reports whether got is want or a few micro-tokens more: what a
+// bucket refilling one micro-token a second gains on a real clock while a
+// test stalls.
+func about(got, want int64) bool {
+	return got >= want && got <= want+5
+}

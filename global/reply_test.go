@@ -1,0 +1,89 @@
+package global
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseReply(t *testing.T) {
+	const (
+		burst = 10_000_000
+		want  = 1_000_000
+		now   = 1_900_000_000_000_000 // µs
+	)
+	tests := []struct {
+		name string
+		v    any
+		ok   bool
+	}{
+		{"valid", []any{int64(want), int64(9_000_000), int64(now)}, true},
+		{"valid debt", []any{int64(0), int64(-burst), int64(0)}, true},
+		{"nil", nil, false},
+		{"string", "OK", false},
+		{"integer", int64(1), false},
+		{"empty", []any{}, false},
+		{"two values", []any{int64(0), int64(0)}, false},
+		{"four values", []any{int64(0), int64(0), int64(0), int64(0)}, false},
+		{"nil values", []any{nil, nil, nil}, false},
+		{"string values", []any{"1", "2", "3"}, false},
+		{"int, not int64", []any{0, 0, 0}, false},
+		{"float", []any{int64(0), 1.5, int64(now)}, false},
+		{"nested", []any{[]any{int64(0)}, int64(0), int64(now)}, false},
+		{"int64 slice", []int64{0, 0, now}, false},
+		{"map", map[any]any{"granted": int64(0)}, false},
+		{"negative granted", []any{int64(-1), int64(0), int64(now)}, false},
+		{"granted above want", []any{int64(want + 1), int64(0), int64(now)}, false},
+		{"tokens above burst", []any{int64(0), int64(burst + 1), int64(now)}, false},
+		{"tokens below -burst", []any{int64(0), int64(-burst - 1), int64(now)}, false},
+		{"negative now", []any{int64(0), int64(0), int64(-1)}, false},
+		{"now beyond 2^53", []any{int64(0), int64(0), int64(1 << 53)}, false},
+		{"error value", []any{errors.New("x"), int64(0), int64(now)}, false},
+	}
+	for _, tt := range tests {
+		r, err := parseReply(tt.v, burst, want)
+		if tt.ok {
+			if err != nil {
+				t.Errorf("%s: parseReply(%v) = %v, want nil", tt.name, tt.v, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrReply) {
+			t.Errorf("%s: parseReply(%v) = %+v, %v; want %v", tt.name, tt.v, r, err, ErrReply)
+		}
+		if r != (Reply{}) {
+			t.Errorf("%s: parseReply(%v) = %+v with the error, want a zero Reply", tt.name, tt.v, r)
+		}
+	}
+
+	r, err := parseReply([]any{int64(want), int64(-5), int64(now)}, burst, want)
+	if wantR := (Reply{Granted: want, Tokens: -5, Now: time.UnixMicro(now)}); err != nil || r != wantR {
+		t.Errorf("parseReply = %+v, %v; want %+v", r, err, wantR)
+	}
+}
+
+func TestResult(t *testing.T) {
+	lim := Limit{Rate: 5, Burst: 10}
+	m, err := lim.Micro()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMicro(1_900_000_000_000_000)
+	tests := []struct {
+		cost, granted, tokens int64
+		want                  Result
+	}{
+		{1e6, 1e6, 9e6, Result{Allowed: true, Remaining: 9, ResetAfter: 200 * time.Millisecond}},
+		{1e6, 1e6, 0, Result{Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second}},
+		{1e6, 0, 999_999, Result{Remaining: 0, RetryAfter: 200 * time.Nanosecond, ResetAfter: 1800000200 * time.Nanosecond}},
+		{3e6, 0, 2_500_000, Result{Remaining: 2, RetryAfter: 100 * time.Millisecond, ResetAfter: 1500 * time.Millisecond}},
+		{1e6, 0, -10e6, Result{Remaining: 0, RetryAfter: 2200 * time.Millisecond, ResetAfter: 4 * time.Second}},
+	}
+	for _, tt := range tests {
+		got := result(Reply{Granted: tt.granted, Tokens: tt.tokens, Now: now}, m, lim, tt.cost)
+		tt.want.Limit, tt.want.Now = lim, now
+		if got != tt.want {
+			t.Errorf("result(cost %d, granted %d, tokens %d) = %+v, want %+v", tt.cost, tt.granted, tt.tokens, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/redis/go-redis/v9"
+)
+
+// Settlement is one key's part of a settlement round: what to charge, what to
+// give back and what to take, all in micro-tokens, applied in that order
+// after the bucket has refilled.
+type Settlement struct {
+	// Key names the bucket, as for Allow.
+	Key string
+	// Limit is the bucket's limit, from Limit.Micro.
+	Limit MicroLimit
+	// Consumed is spent elsewhere and is charged; the bucket never sinks
+	// below -Limit.Burst, so an outage's debt is bounded.
+	Consumed int64
+	// Returned was granted before and not spent; the bucket never rises
+	// above Limit.Burst.
+	Returned int64
+	// Want is what to take now: as much of it as is there.
+	Want int64
+	// MinGrant is the least worth taking: if less than MinGrant is there,
+	// nothing is taken. MinGrant == Want makes the grant all or nothing.
+	MinGrant int64
+}
+
+// Reply is the outcome of one Settlement.
+type Reply struct {
+	// Granted is the micro-tokens taken: 0, or between MinGrant and Want.
+	Granted int64
+	// Tokens is the micro-tokens left in the bucket after the settlement.
+	// It is negative while the bucket is in debt, and never below -burst.
+	Tokens int64
+	// Now is the Redis time of the settlement.
+	Now time.Time
+	// Err is this key's error alone: an invalid Settlement (not sent), a
+	// Redis error for this key (such as WRONGTYPE), a reply wrapping
+	// ErrReply, or the round trip failing. If Err is not nil the other
+	// fields are zero and the bucket may or may not have changed.
+	Err error
+}
+
+// Settle applies batch to the buckets in Redis in one pipelined round trip
+// (go-redis splits the pipeline per node on a Cluster) and stores the
+// outcome of batch[i] in replies[i], which must be at least as long.
+//
+// Each Settlement is validated first; an invalid one gets its own Reply.Err
+// wrapping ErrInvalidLimit, ErrInvalidCost or ErrInvalidKey and is not sent.
+// The others are sent with EVALSHA; those that Redis answers with NOSCRIPT
+// (after a restart, a failover or SCRIPT FLUSH) are sent again in a second
+// pipeline with EVAL.
+//
+// A key's own failure goes into its Reply.Err and does not affect the
+// others. Settle returns an error only when commands did not get a reply
+// from Redis (the connection failed, ctx ended); the Reply.Err of each such
+// key is set too. On a Cluster one node failing leaves the replies from the
+// other nodes valid.
+func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Reply) error {
+	if len(replies) < len(batch) {
+		return fmt.Errorf("global: settle: %d replies for %d settlements", len(replies), len(batch))
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	var pipe redis.Pipeliner
+	for i := range batch {
+		s := &batch[i]
+		replies[i] = Reply{}
+		if err := s.check(); err != nil {
+			replies[i].Err = fmt.Errorf("global: settle %q: %w", s.Key, err)
+			continue
+		}
+		if pipe == nil {
+			pipe = l.rdb.Pipeline()
+		}
+		cmds[i] = l.script.EvalSha(ctx, pipe, []string{l.Key(s.Key)}, s.args()...)
+	}
+	if pipe == nil {
+		return nil
+	}
+	// Exec's error is the first command's error; each is read below.
+	_, _ = pipe.Exec(ctx)
+
+	pipe = nil
+	for i, cmd := range cmds {
+		if cmd != nil && isNoScript(cmd.Err()) {
+			if pipe == nil {
+				pipe = l.rdb.Pipeline()
+			}
+			s := &batch[i]
+			cmds[i] = l.script.Eval(ctx, pipe, []string{l.Key(s.Key)}, s.args()...)
+		}
+	}
+	if pipe != nil {
+		_, _ = pipe.Exec(ctx)
+	}
+
+	var failed error // the first error that is not a reply from Redis
+	nfailed := 0
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		s := &batch[i]
+		v, err := cmd.Result()
+		if errors.Is(err, redis.Nil) {
+			err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
+		} else if err == nil {
+			replies[i], err = parseReply(v, s.Limit.Burst, s.Want)
+		} else if !isReply(err) {
+			if failed == nil {
+				failed = err
+			}
+			nfailed++
+		}
+		if err != nil {
+			replies[i] = Reply{Err: fmt.Errorf("global: settle %q: %w", s.Key, err)}
+		}
+	}
+	if failed != nil {
+		return fmt.Errorf("global: settle: %d of %d keys got no reply: %w", nfailed, len(batch), failed)
+	}
+	return nil
+}
+
+// args returns the script's ARGV for s.
+func (s *Settlement) args() []any {
+	return []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant}
+}
+
+// check validates s as the script requires, with the bounds of package limit.
+func (s *Settlement) check() error {
+	if err := limit.CheckKey(s.Key); err != nil {
+		return err
+	}
+	m := s.Limit
+	if m.Rate < 1 || m.Rate > limit.MaxRate*limit.Micro {
+		return fmt.Errorf("%w: rate %d micro-tokens/s is outside [1, %d]", ErrInvalidLimit, m.Rate, int64(limit.MaxRate*limit.Micro))
+	}
+	if m.Burst < limit.Micro || m.Burst > limit.MaxBurst*limit.Micro {
+		return fmt.Errorf("%w: burst %d micro-tokens is outside [%d, %d]", ErrInvalidLimit, m.Burst, limit.Micro, int64(limit.MaxBurst*limit.Micro))
+	}
+	for _, a := range [...]struct {
+		name string
+		v    int64
+	}{{"consumed", s.Consumed}, {"returned", s.Returned}, {"want", s.Want}, {"min grant", s.MinGrant}} {
+		if a.v < 0 || a.v > maxAmount {
+			return fmt.Errorf("%w: %s %d micro-tokens is outside [0, 2^53)", ErrInvalidCost, a.name, a.v)
+		}
+	}
+	if s.MinGrant > s.Want || s.MinGrant > m.Burst {
+		// Such a grant can never be made.
+		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d or burst %d", ErrInvalidCost, s.MinGrant, s.Want, m.Burst)
+	}
+	return nil
+}
+
+// isNoScript reports whether err means the script is not cached in Redis.
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// isReply reports whether err is an error reply from Redis, as opposed to
+// no reply at all.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

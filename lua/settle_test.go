@@ -1,0 +1,328 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hybridlimit/hybrid/internal/redistest"
+	"github.com/hybridlimit/hybrid/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// backend is a Redis to run the script on.
+type backend struct {
+	rdb *redis.Client
+	m   *miniredis.Miniredis // nil on a real server
+}
+
+// eachBackend runs f on miniredis, with its clock set, and on a real
+// redis-server, which skips without one.
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		m.SetTime(time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC))
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		f(t, backend{rdb: rdb, m: m})
+	})
+	t.Run("redis", func(t *testing.T) {
+		p := redistest.Server(t)
+		f(t, backend{rdb: redistest.Client(t, p)})
+	})
+}
+
+func TestSettleRejectsArguments(t *testing.T) {
+	ok := []string{"5000000", "10000000", "0", "0", "1000000", "1000000"}
+	with := func(i int, v string) []string {
+		a := append([]string(nil), ok...)
+		a[i] = v
+		return a
+	}
+	tests := []struct {
+		name string
+		keys []string
+		argv []string
+		want string // in the error
+	}{
+		{"no key", nil, ok, "want 1 key"},
+		{"two keys", []string{"{a}x", "{a}y"}, ok, "want 1 key"},
+		{"five args", []string{"k"}, ok[:5], "want 6 arguments"},
+		{"seven args", []string{"k"}, append(with(0, "1"), "1"), "want 6 arguments"},
+		{"rate text", []string{"k"}, with(0, "fast"), "rate"},
+		{"rate zero", []string{"k"}, with(0, "0"), "rate"},
+		{"rate negative", []string{"k"}, with(0, "-5"), "rate"},
+		{"rate fraction", []string{"k"}, with(0, "1.5"), "rate"},
+		{"rate over 2^50", []string{"k"}, with(0, "1125899906842625"), "rate"},
+		{"rate empty", []string{"k"}, with(0, ""), "rate"},
+		{"burst zero", []string{"k"}, with(1, "0"), "burst"},
+		{"burst nan", []string{"k"}, with(1, "nan"), "burst"},
+		{"burst inf", []string{"k"}, with(1, "inf"), "burst"},
+		{"consumed negative", []string{"k"}, with(2, "-1"), "consumed"},
+		{"returned fraction", []string{"k"}, with(3, "0.5"), "returned"},
+		{"want 2^53", []string{"k"}, with(4, "9007199254740992"), "want"},
+		{"min_grant text", []string{"k"}, with(5, "x"), "min_grant"},
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		for _, tt := range tests {
+			args := make([]any, len(tt.argv))
+			for i, a := range tt.argv {
+				args[i] = a
+			}
+			keys := tt.keys
+			if keys == nil {
+				keys = []string{}
+			}
+			v, err := b.rdb.Eval(ctx, lua.Settle, keys, args...).Result()
+			if err == nil || !strings.Contains(err.Error(), "hybrid: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: EVAL = %v, %v; want an error with %q", tt.name, v, err, "hybrid: ...")
+			}
+		}
+		n, err := b.rdb.DBSize(ctx).Result()
+		if err != nil || n != 0 {
+			t.Errorf("DBSIZE after rejected calls = %d, %v; want 0", n, err)
+		}
+	})
+}
+
+// model is the script's arithmetic in exact integers, for one bucket.
+type model struct {
+	t, ts int64
+	ok    bool // false: the key is missing
+}
+
+// step applies one call at Redis time now and returns what the script must
+// reply and the TTL bounds in ms it must set.
+func (m *model) step(now, rate, burst, consumed, returned, want, minGrant int64) (granted int64, ttlLo, ttlHi int64) {
+	if !m.ok {
+		m.t, m.ts, m.ok = burst, now, true
+	}
+	m.t = min(max(m.t, -burst), burst)
+	if now > m.ts {
+		if m.t < burst {
+			add := new(big.Int).Mul(big.NewInt(now-m.ts), big.NewInt(rate))
+			add.Quo(add, big.NewInt(1e6))
+			if add.Cmp(big.NewInt(burst-m.t)) >= 0 {
+				m.t = burst
+			} else {
+				m.t += add.Int64()
+			}
+		}
+		m.ts = now
+	}
+	m.t = min(burst, m.t+returned)
+	m.t = max(-burst, m.t-consumed)
+	granted = min(want, max(m.t, 0))
+	if granted < minGrant {
+		granted = 0
+	}
+	m.t -= granted
+
+	num := new(big.Int).Mul(big.NewInt(burst-m.t), big.NewInt(1000))
+	q, r := new(big.Int).QuoRem(num, big.NewInt(rate), new(big.Int))
+	ttl := q.Int64()
+	if r.Sign() > 0 {
+		ttl++
+	}
+	ttlLo, ttlHi = ttl, ttl
+	if num.Cmp(new(big.Int).Lsh(big.NewInt(1), 53)) >= 0 {
+		ttlHi += 2 // the numerator is rounded; the script adds a margin
+	}
+	if m.ts > now {
+		skew := (m.ts - now + 999) / 1000
+		ttlLo += skew
+		ttlHi += skew
+	}
+	clamp := func(v int64) int64 { return min(max(v, 1000), 1<<43) }
+	return granted, clamp(ttlLo), clamp(ttlHi)
+}
+
+// pick returns a random value from a mix of edge cases and uniform draws.
+func pick(r *rand.Rand, edges []int64, lo, hi int64) int64 {
+	if r.IntN(3) == 0 {
+		return edges[r.IntN(len(edges))]
+	}
+	return lo + r.Int64N(hi-lo+1)
+}
+
+// TestSettleModel runs random calls with random limits, amounts, clock jumps
+// and stored states against the exact integer model, up to 2^50 micro-tokens
+// of burst and rate and 2^53 of amounts.
+func TestSettleModel(t *testing.T) {
+	const maxLimit = 1 << 50
+	const maxAmount = 1<<53 - 1
+	rates := []int64{1, 3, 7, 999_999, 1_000_000, 1_000_001, 5_000_000, 333_333_333, 1e15, maxLimit}
+	bursts := []int64{1, 1_000_000, 10_000_000, 999_999_999_999, 1e15, maxLimit}
+
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		r := rand.New(rand.NewPCG(1, 2))
+		steps := 800
+		if testing.Short() {
+			steps = 200
+		}
+		for k := range 8 {
+			key := fmt.Sprintf("model:{%d}", k)
+			var m model
+			rate := pick(r, rates, 1, maxLimit)
+			burst := pick(r, bursts, 1, maxLimit)
+			for i := range steps {
+				// Sometimes the stored state is overwritten: any tokens
+				// (even beyond the burst) and any age, or a time ahead.
+				if r.IntN(4) == 0 {
+					now := redisNow(ctx, t, b.rdb, key)
+					m.t = r.Int64N(6*burst+1) - 3*burst
+					switch r.IntN(3) {
+					case 0:
+						m.ts = now - r.Int64N(now+1)
+					case 1:
+						m.ts = now - r.Int64N(10_000_000)
+					default:
+						m.ts = now + r.Int64N(10_000_000)
+					}
+					m.ok = true
+					if err := b.rdb.HSet(ctx, key, "t", m.t, "ts", m.ts).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if b.m != nil && r.IntN(3) == 0 {
+					// Jump the clock, forward up to days or back up to 10 s.
+					now := time.UnixMicro(redisNow(ctx, t, b.rdb, key))
+					d := time.Duration(r.Int64N(int64(72*time.Hour))) >> r.IntN(40)
+					if r.IntN(4) == 0 {
+						d = -time.Duration(r.Int64N(int64(10 * time.Second)))
+					}
+					b.m.SetTime(now.Add(d))
+				}
+				if r.IntN(20) == 0 {
+					rate = pick(r, rates, 1, maxLimit)
+					burst = pick(r, bursts, 1, maxLimit)
+				}
+				amount := func() int64 {
+					switch r.IntN(6) {
+					case 0:
+						return 0
+					case 1:
+						return maxAmount
+					default:
+						return r.Int64N(3*burst + 1)
+					}
+				}
+				consumed, returned, want := amount(), amount(), amount()
+				minGrant := r.Int64N(want + 1)
+				if r.IntN(2) == 0 {
+					minGrant = min(want, 1)
+				}
+
+				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, rate, burst, consumed, returned, want, minGrant).Result()
+				if err != nil {
+					t.Fatalf("step %d: EVAL: %v", i, err)
+				}
+				a := v.([]any)
+				got := [3]int64{a[0].(int64), a[1].(int64), a[2].(int64)}
+				before := m
+				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant)
+				if got[0] != granted || got[1] != m.t {
+					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d:\ngot granted %d tokens %d, want %d %d",
+						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, got[0], got[1], granted, m.t)
+				}
+				h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, sts := fmt.Sprint(h[0]), fmt.Sprint(h[1]); st != strconv.FormatInt(m.t, 10) || sts != strconv.FormatInt(m.ts, 10) {
+					t.Fatalf("key %d step %d: stored t=%s ts=%s, want %d %d", k, i, st, sts, m.t, m.ts)
+				}
+				ttl := pttl(ctx, t, b, key)
+				lo := ttlLo
+				if b.m == nil {
+					lo -= 1000 // a real clock runs between the call and PTTL
+				}
+				if ttl < lo || ttl > ttlHi {
+					t.Fatalf("key %d step %d: TTL %d ms, want [%d, %d] (tokens %d, burst %d, rate %d)", k, i, ttl, lo, ttlHi, m.t, burst, rate)
+				}
+			}
+		}
+	})
+}
+
+// TestSettleUnreadableState checks that a hash the script cannot read counts
+// as a full bucket rather than a stuck one.
+func TestSettleUnreadableState(t *testing.T) {
+	tests := []struct {
+		name   string
+		fields []any
+	}{
+		{"t text", []any{"t", "abc", "ts", "1"}},
+		{"t fraction", []any{"t", "1.5", "ts", "1"}},
+		{"ts missing", []any{"t", "5"}},
+		{"ts negative", []any{"t", "5", "ts", "-1"}},
+		{"ts beyond 2^53", []any{"t", "5", "ts", "9007199254740993"}},
+		{"other fields only", []any{"x", "1"}},
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		for _, tt := range tests {
+			key := "{" + tt.name + "}"
+			if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 0, 0).Result()
+			if err != nil {
+				t.Fatalf("%s: EVAL: %v", tt.name, err)
+			}
+			if got := v.([]any)[1]; got != int64(10_000_000) {
+				t.Errorf("%s: tokens = %v, want 10000000 (full)", tt.name, got)
+			}
+		}
+	})
+}
+
+// TestSettleWrongType checks that a key holding a string is an error, and
+// that the key is left alone.
+func TestSettleWrongType(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		if err := b.rdb.Set(ctx, "{s}", "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.rdb.Eval(ctx, lua.Settle, []string{"{s}"}, 1, 1, 0, 0, 0, 0).Result()
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("EVAL on a string = %v, want WRONGTYPE", err)
+		}
+		if got, err := b.rdb.Get(ctx, "{s}").Result(); got != "v" || err != nil {
+			t.Errorf("GET after = %q, %v; want v", got, err)
+		}
+	})
+}
+
+// redisNow returns the Redis time in µs on the node of key.
+func redisNow(ctx context.Context, t *testing.T, rdb *redis.Client, key string) int64 {
+	t.Helper()
+	v, err := rdb.Eval(ctx, "local t = redis.call('TIME') return t[1] * 1000000 + t[2]", []string{key}).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// pttl returns the TTL of key in ms: exact on miniredis, whose TTLs do not
+// follow SetTime.
+func pttl(ctx context.Context, t *testing.T, b backend, key string) int64 {
+	t.Helper()
+	if b.m != nil {
+		return b.m.TTL(key).Milliseconds()
+	}
+	d, err := b.rdb.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Milliseconds()
+}
