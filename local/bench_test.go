@@ -56,7 +56,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, c := range cases {
 		keys := benchKeys(c.keys)
 		seq := benchSeq(c.keys, c.zipf)
-		s, err := New(Config{Capacity: c.keys})
+		s, err := New[none](Config[none]{Capacity: c.keys})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func storeBytesPerKey(tb testing.TB, n int) float64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s, err := New(Config{Capacity: n})
+	s, err := New[none](Config[none]{Capacity: n})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,9 +14,13 @@ import (
 //
 // Entries are made by a Store and live until they leave it (evicted,
 // removed or drained); then they are retired: their counts hand their
-// contents to the store's owner and accept nothing more. Entry is safe for
-// concurrent use.
-type Entry struct {
+// contents to the store's owner and accept nothing more. The owner keeps its
+// own per-key state in X. Entry is safe for concurrent use.
+type Entry[X any] struct {
+	// X is the owner's own state for the key, which the owner guards. (It
+	// comes first: a zero-size X at the end would be padded.)
+	X X
+
 	key     string
 	hash    uint32        // the high half of the key's hash: its slot in the table
 	touched atomic.Uint32 // the store epoch of the last recency update
@@ -36,21 +40,21 @@ type Entry struct {
 }
 
 // Key returns the key e is the shadow of.
-func (e *Entry) Key() string { return e.key }
+func (e *Entry[X]) Key() string { return e.key }
 
 // Retired reports whether e has left its store. A retired entry spends and
 // accepts nothing; look the key up again.
-func (e *Entry) Retired() bool { return e.Allowance.Retired() }
+func (e *Entry[X]) Retired() bool { return e.Allowance.Retired() }
 
 // retire retires both counts and returns what they held.
-func (e *Entry) retire() (unused, pending int64) {
+func (e *Entry[X]) retire() (unused, pending int64) {
 	return e.Allowance.Retire(), e.Pending.Retire()
 }
 
 // TakeAt takes n micro-tokens from e's local bucket at now, if it holds them,
 // and reports whether it did. The bucket is made full the first time it is
 // used (or when it was never set with SetBucket).
-func (e *Entry) TakeAt(now time.Duration, lim Limit, n int64) bool {
+func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
 	e.mu.Lock()
 	e.initLocked(now, lim)
 	ok := e.bucket.TakeAt(now, lim, n)
@@ -59,7 +63,7 @@ func (e *Entry) TakeAt(now time.Duration, lim Limit, n int64) bool {
 }
 
 // Bucket returns a copy of e's local bucket, refilled to now.
-func (e *Entry) Bucket(now time.Duration, lim Limit) Bucket {
+func (e *Entry[X]) Bucket(now time.Duration, lim Limit) Bucket {
 	e.mu.Lock()
 	e.initLocked(now, lim)
 	e.bucket.Advance(now, lim)
@@ -69,7 +73,7 @@ func (e *Entry) Bucket(now time.Duration, lim Limit) Bucket {
 }
 
 // SetBucket replaces e's local bucket.
-func (e *Entry) SetBucket(b Bucket) {
+func (e *Entry[X]) SetBucket(b Bucket) {
 	e.mu.Lock()
 	e.bucket = b
 	e.mu.Unlock()
@@ -79,12 +83,12 @@ func (e *Entry) SetBucket(b Bucket) {
 const unset = time.Duration(math.MinInt64)
 
 // newEntry returns a live entry for key with a bucket not yet set.
-func newEntry(key string, hash uint32) *Entry {
-	return &Entry{key: key, hash: hash, bucket: Bucket{last: unset}}
+func newEntry[X any](key string, hash uint32) *Entry[X] {
+	return &Entry[X]{key: key, hash: hash, bucket: Bucket{last: unset}}
 }
 
 // initLocked makes a bucket that was never set full. e.mu must be held.
-func (e *Entry) initLocked(now time.Duration, lim Limit) {
+func (e *Entry[X]) initLocked(now time.Duration, lim Limit) {
 	if e.bucket.last == unset {
 		e.bucket = Full(lim, now)
 	}
@@ -101,7 +105,7 @@ func (v View) Age(now time.Duration) time.Duration { return max(now-v.Seen, 0) }
 
 // SetView records v as the latest view of the global bucket. Writers are
 // serialised; readers never block and never see a torn view.
-func (e *Entry) SetView(v View) {
+func (e *Entry[X]) SetView(v View) {
 	e.mu.Lock()
 	e.seq.Add(1)
 	e.vTokens.Store(v.Tokens)
@@ -113,7 +117,7 @@ func (e *Entry) SetView(v View) {
 // View returns the latest view of the global bucket, the zero View if none
 // was set. It writes no shared memory, so denials answered from it scale
 // across cores.
-func (e *Entry) View() View {
+func (e *Entry[X]) View() View {
 	for {
 		s := e.seq.Load()
 		if s&1 == 0 {

@@ -37,10 +37,10 @@ func ExampleBucket() {
 // An allowance granted ahead of time is spent with no clock read; the entry's
 // unspent allowance is handed back when the entry leaves the store.
 func ExampleStore() {
-	s, err := local.New(local.Config{
+	s, err := local.New(local.Config[struct{}]{
 		Capacity: 1,
 		Shards:   1,
-		OnEvict: func(e *local.Entry, unused, pending int64) {
+		OnEvict: func(e *local.Entry[struct{}], unused, pending int64) {
 			fmt.Printf("%s left with %d tokens unspent\n", e.Key(), unused/local.Micro)
 		},
 	})

@@ -19,7 +19,7 @@ const (
 )
 
 // Config configures a Store. A zero field means its documented default.
-type Config struct {
+type Config[X any] struct {
 	// Capacity bounds the entries the store tracks. Adding a key to a full
 	// store evicts the least recently used entry of the key's shard, so
 	// recency is kept per shard: an approximation of a global LRU that needs
@@ -35,7 +35,7 @@ type Config struct {
 	// is retired first, so nothing more can be spent from it or charged to it:
 	// these figures are final. OnEvict runs on the goroutine that caused the
 	// eviction, after every lock is released. Nil drops the figures.
-	OnEvict func(e *Entry, unused, pending int64)
+	OnEvict func(e *Entry[X], unused, pending int64)
 }
 
 // ErrConfig reports an invalid Config.
@@ -50,29 +50,29 @@ var ErrConfig = errors.New("local: invalid config")
 // entry when full.
 //
 // Store is safe for concurrent use. Create one with New.
-type Store struct {
+type Store[X any] struct {
 	seed     maphash.Seed
 	mask     uint64 // len(shards) - 1
 	capacity int64
 	count    atomic.Int64 // entries tracked, across shards
 	epoch    atomic.Uint32
-	onEvict  func(e *Entry, unused, pending int64)
-	shards   []shard
+	onEvict  func(e *Entry[X], unused, pending int64)
+	shards   []shard[X]
 }
 
 // shard is one independently locked part of a Store. Readers load table
 // atomically and never lock; writers hold mu.
-type shard struct {
-	table   atomic.Pointer[table]
-	store   *Store
-	mu      sync.Mutex                       // protects lru, evicted, and writes to table
-	lru     *simplelru.LRU[*Entry, struct{}] // recency and the bound
-	evicted []*Entry                         // entries the lru let go, to hand off after unlocking
-	_       [64]byte                         // keep shards on separate cache lines
+type shard[X any] struct {
+	table   atomic.Pointer[table[X]]
+	store   *Store[X]
+	mu      sync.Mutex                          // protects lru, evicted, and writes to table
+	lru     *simplelru.LRU[*Entry[X], struct{}] // recency and the bound
+	evicted []*Entry[X]                         // entries the lru let go, to hand off after unlocking
+	_       [64]byte                            // keep shards on separate cache lines
 }
 
 // New returns an empty Store.
-func New(cfg Config) (*Store, error) {
+func New[X any](cfg Config[X]) (*Store[X], error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
@@ -85,17 +85,17 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Shards < 0 || cfg.Shards > 1<<16 || bits.OnesCount(uint(cfg.Shards)) != 1 {
 		return nil, fmt.Errorf("%w: Shards %d is not a power of two up to 65536", ErrConfig, cfg.Shards)
 	}
-	s := &Store{
+	s := &Store[X]{
 		seed:     maphash.MakeSeed(),
 		mask:     uint64(cfg.Shards - 1),
 		capacity: int64(cfg.Capacity),
 		onEvict:  cfg.OnEvict,
-		shards:   make([]shard, cfg.Shards),
+		shards:   make([]shard[X], cfg.Shards),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.store = s
-		sh.table.Store(newTable(minSlots))
+		sh.table.Store(newTable(minSlots, new(Entry[X])))
 		// The store enforces the bound across shards; the list's own bound
 		// only has to be out of the way.
 		lru, err := simplelru.NewLRU(cfg.Capacity+1, sh.onLRUEvict)
@@ -110,7 +110,7 @@ func New(cfg Config) (*Store, error) {
 // Get returns the entry for key, or nil if the store does not track it. It
 // takes no lock, allocates nothing and reads no clock; once per epoch an
 // entry's recency is refreshed under its shard's lock.
-func (s *Store) Get(key string) *Entry {
+func (s *Store[X]) Get(key string) *Entry[X] {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	e := sh.table.Load().find(key, h)
@@ -127,7 +127,7 @@ func (s *Store) Get(key string) *Entry {
 // used entry, which is handed to Config.OnEvict before GetOrAdd returns. The
 // key is copied, so the caller's memory is not retained. key must not be
 // empty (check keys with the limiter's validation first).
-func (s *Store) GetOrAdd(key string) (e *Entry, added bool) {
+func (s *Store[X]) GetOrAdd(key string) (e *Entry[X], added bool) {
 	if e := s.Get(key); e != nil {
 		return e, false
 	}
@@ -138,7 +138,7 @@ func (s *Store) GetOrAdd(key string) (e *Entry, added bool) {
 		sh.mu.Unlock()
 		return e, false
 	}
-	e = newEntry(strings.Clone(key), uint32(h>>32))
+	e = newEntry[X](strings.Clone(key), uint32(h>>32))
 	e.touched.Store(s.epoch.Load())
 	sh.insertLocked(e)
 	sh.lru.Add(e, struct{}{})
@@ -160,7 +160,7 @@ func (s *Store) GetOrAdd(key string) (e *Entry, added bool) {
 
 // evictFrom evicts the least recently used entry of the first shard, from
 // shard i on, that has one.
-func (s *Store) evictFrom(i uint64) {
+func (s *Store[X]) evictFrom(i uint64) {
 	for range s.shards {
 		sh := &s.shards[i&s.mask]
 		sh.mu.Lock()
@@ -177,7 +177,7 @@ func (s *Store) evictFrom(i uint64) {
 
 // takeEvicted returns the entry the last single eviction queued, if any, and
 // empties the queue. sh.mu must be held.
-func (sh *shard) takeEvicted() *Entry {
+func (sh *shard[X]) takeEvicted() *Entry[X] {
 	if len(sh.evicted) == 0 {
 		return nil
 	}
@@ -189,7 +189,7 @@ func (sh *shard) takeEvicted() *Entry {
 
 // Remove retires the entry for key, if there is one, hands it to
 // Config.OnEvict and reports whether there was one.
-func (s *Store) Remove(key string) bool {
+func (s *Store[X]) Remove(key string) bool {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
@@ -208,7 +208,7 @@ func (s *Store) Remove(key string) bool {
 
 // Drain removes every entry, handing each to Config.OnEvict, and returns how
 // many there were. Entries added while it runs may stay.
-func (s *Store) Drain() int {
+func (s *Store[X]) Drain() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -226,17 +226,17 @@ func (s *Store) Drain() int {
 }
 
 // Len returns the number of entries tracked.
-func (s *Store) Len() int { return int(s.count.Load()) }
+func (s *Store[X]) Len() int { return int(s.count.Load()) }
 
 // Tick starts a new recency epoch. An entry's recency is refreshed at most
 // once per epoch, the first time it is looked up in it, so that a hot key's
 // lookups do not all queue on its shard's lock. The owner calls Tick on a
 // regular beat (the reconciler: once per round). Without Ticks, entries are
 // evicted in the order they were added.
-func (s *Store) Tick() { s.epoch.Add(1) }
+func (s *Store[X]) Tick() { s.epoch.Add(1) }
 
 // handOff retires e and gives its contents to the owner.
-func (s *Store) handOff(e *Entry) {
+func (s *Store[X]) handOff(e *Entry[X]) {
 	unused, pending := e.retire()
 	if s.onEvict != nil {
 		s.onEvict(e, unused, pending)
@@ -244,7 +244,7 @@ func (s *Store) handOff(e *Entry) {
 }
 
 // touch moves e to the front of its shard's recency list.
-func (sh *shard) touch(e *Entry, epoch uint32) {
+func (sh *shard[X]) touch(e *Entry[X], epoch uint32) {
 	sh.mu.Lock()
 	sh.lru.Get(e) // a no-op for an entry that has just left
 	e.touched.Store(epoch)
@@ -253,7 +253,7 @@ func (sh *shard) touch(e *Entry, epoch uint32) {
 
 // onLRUEvict is the simplelru eviction callback; sh.mu is held. It unlinks e
 // from the lookup table and queues it to be handed off after unlocking.
-func (sh *shard) onLRUEvict(e *Entry, _ struct{}) {
+func (sh *shard[X]) onLRUEvict(e *Entry[X], _ struct{}) {
 	sh.removeLocked(e)
 	sh.evicted = append(sh.evicted, e)
 	sh.store.count.Add(-1)
@@ -266,8 +266,9 @@ func (sh *shard) onLRUEvict(e *Entry, _ struct{}) {
 // tombstones pile up. A reader on a replaced table may miss an entry added
 // since (it then takes the locked path) or find one just removed (retired,
 // so it spends nothing): never a wrong one.
-type table struct {
-	slots []atomic.Pointer[Entry]
+type table[X any] struct {
+	slots []atomic.Pointer[Entry[X]]
+	tomb  *Entry[X] // marks a removed slot; it matches no key
 	mask  uint64
 	used  int // live entries plus tombstones; written under the shard lock
 	live  int
@@ -276,22 +277,19 @@ type table struct {
 // minSlots is the size of a new shard's table.
 const minSlots = 8
 
-// tombstone marks a removed slot; it matches no key.
-var tombstone = new(Entry)
-
-func newTable(n int) *table {
-	return &table{slots: make([]atomic.Pointer[Entry], n), mask: uint64(n - 1)}
+func newTable[X any](n int, tomb *Entry[X]) *table[X] {
+	return &table[X]{slots: make([]atomic.Pointer[Entry[X]], n), mask: uint64(n - 1), tomb: tomb}
 }
 
 // find returns the entry for key (of hash h), or nil.
-func (t *table) find(key string, h uint64) *Entry {
+func (t *table[X]) find(key string, h uint64) *Entry[X] {
 	h32 := uint32(h >> 32)
 	for i := uint64(h32) & t.mask; ; i = (i + 1) & t.mask {
 		e := t.slots[i].Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h32 && e != tombstone && e.key == key {
+		if e.hash == h32 && e != t.tomb && e.key == key {
 			return e
 		}
 	}
@@ -299,7 +297,7 @@ func (t *table) find(key string, h uint64) *Entry {
 
 // insertLocked adds e, which is not in the table, replacing the table by a
 // larger one first if it would be more than 3/4 used.
-func (sh *shard) insertLocked(e *Entry) {
+func (sh *shard[X]) insertLocked(e *Entry[X]) {
 	t := sh.table.Load()
 	if (t.used+1)*4 > len(t.slots)*3 {
 		t = t.rebuilt(t.live + 1)
@@ -316,7 +314,7 @@ func (sh *shard) insertLocked(e *Entry) {
 }
 
 // removeLocked replaces e's slot with a tombstone, if e is in the table.
-func (sh *shard) removeLocked(e *Entry) {
+func (sh *shard[X]) removeLocked(e *Entry[X]) {
 	t := sh.table.Load()
 	for i := uint64(e.hash) & t.mask; ; i = (i + 1) & t.mask {
 		p := t.slots[i].Load()
@@ -324,7 +322,7 @@ func (sh *shard) removeLocked(e *Entry) {
 			return
 		}
 		if p == e {
-			t.slots[i].Store(tombstone)
+			t.slots[i].Store(t.tomb)
 			t.live--
 			return
 		}
@@ -333,15 +331,15 @@ func (sh *shard) removeLocked(e *Entry) {
 
 // rebuilt returns a new table holding t's live entries, sized for live
 // entries at most half full.
-func (t *table) rebuilt(live int) *table {
+func (t *table[X]) rebuilt(live int) *table[X] {
 	n := minSlots
 	for n < 2*live {
 		n *= 2
 	}
-	nt := newTable(n)
+	nt := newTable(n, t.tomb)
 	for i := range t.slots {
 		e := t.slots[i].Load()
-		if e == nil || e == tombstone {
+		if e == nil || e == t.tomb {
 			continue
 		}
 		for j := uint64(e.hash) & nt.mask; ; j = (j + 1) & nt.mask {

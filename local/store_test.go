@@ -73,11 +73,11 @@ type evicted struct {
 	unused, pending int64
 }
 
-func newTestStore(t *testing.T, cfg Config) (*Store, *[]evicted) {
+func newTestStore(t *testing.T, cfg Config[none]) (*Store[none], *[]evicted) {
 	t.Helper()
 	var mu sync.Mutex
 	var out []evicted
-	cfg.OnEvict = func(e *Entry, unused, pending int64) {
+	cfg.OnEvict = func(e *Entry[none], unused, pending int64) {
 		if !e.Retired() {
 			t.Errorf("OnEvict(%q): entry not retired", e.Key())
 		}
@@ -85,7 +85,7 @@ func newTestStore(t *testing.T, cfg Config) (*Store, *[]evicted) {
 		out = append(out, evicted{e.Key(), unused, pending})
 		mu.Unlock()
 	}
-	s, err := New(cfg)
+	s, err := New[none](cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func newTestStore(t *testing.T, cfg Config) (*Store, *[]evicted) {
 }
 
 func TestStoreGetOrAdd(t *testing.T) {
-	s, _ := newTestStore(t, Config{})
+	s, _ := newTestStore(t, Config[none]{})
 	if e := s.Get("a"); e != nil {
 		t.Fatalf("Get on an empty store = %v", e)
 	}
@@ -118,7 +118,7 @@ func TestStoreGetOrAdd(t *testing.T) {
 // the least recently used entry leaves, retired, with its unspent allowance
 // and pending consumption handed to OnEvict.
 func TestStoreEvictionHandOff(t *testing.T) {
-	s, out := newTestStore(t, Config{Capacity: 3, Shards: 1})
+	s, out := newTestStore(t, Config[none]{Capacity: 3, Shards: 1})
 	for i, k := range []string{"a", "b", "c"} {
 		e, _ := s.GetOrAdd(k)
 		e.Allowance.Add(int64(10 * (i + 1)))
@@ -163,7 +163,7 @@ func TestStoreEvictionHandOff(t *testing.T) {
 // handed back: nothing vanishes with an evicted entry.
 func TestStoreConservation(t *testing.T) {
 	var handedUnused, handedPending atomic.Int64
-	s, err := New(Config{Capacity: 64, Shards: 4, OnEvict: func(e *Entry, unused, pending int64) {
+	s, err := New[none](Config[none]{Capacity: 64, Shards: 4, OnEvict: func(e *Entry[none], unused, pending int64) {
 		handedUnused.Add(unused)
 		handedPending.Add(pending)
 	}})
@@ -215,7 +215,7 @@ func TestStoreConservation(t *testing.T) {
 // TestStoreTableChurn adds and removes far more keys than fit, checking after
 // every step that exactly the live keys are found.
 func TestStoreTableChurn(t *testing.T) {
-	s, _ := newTestStore(t, Config{Capacity: 1 << 20, Shards: 2})
+	s, _ := newTestStore(t, Config[none]{Capacity: 1 << 20, Shards: 2})
 	live := map[string]bool{}
 	rng := rand.New(rand.NewPCG(9, 9))
 	for i := range 20000 {
@@ -245,9 +245,9 @@ func TestStoreTableChurn(t *testing.T) {
 }
 
 func TestStoreConcurrentAddOneEntry(t *testing.T) {
-	s, _ := newTestStore(t, Config{})
+	s, _ := newTestStore(t, Config[none]{})
 	var wg sync.WaitGroup
-	entries := make([]*Entry, 16)
+	entries := make([]*Entry[none], 16)
 	for i := range entries {
 		wg.Go(func() { entries[i], _ = s.GetOrAdd("hot") })
 	}
@@ -260,15 +260,15 @@ func TestStoreConcurrentAddOneEntry(t *testing.T) {
 }
 
 func TestStoreConfig(t *testing.T) {
-	for _, cfg := range []Config{{Capacity: -1}, {Shards: 3}, {Shards: -4}, {Shards: 1 << 17}} {
-		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+	for _, cfg := range []Config[none]{{Capacity: -1}, {Shards: 3}, {Shards: -4}, {Shards: 1 << 17}} {
+		if _, err := New[none](cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) error = %v, want ErrConfig", cfg, err)
 		}
 	}
 }
 
 func TestEntryViewAndBucket(t *testing.T) {
-	s, _ := newTestStore(t, Config{})
+	s, _ := newTestStore(t, Config[none]{})
 	e, _ := s.GetOrAdd("k")
 	if v := e.View(); v != (View{}) {
 		t.Fatalf("View of a new entry = %+v, want zero", v)
@@ -293,7 +293,7 @@ func TestEntryViewAndBucket(t *testing.T) {
 // TestViewNotTorn reads views while one goroutine writes pairs whose fields
 // agree: a reader must never see fields of two different writes.
 func TestViewNotTorn(t *testing.T) {
-	var e Entry
+	var e Entry[none]
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Go(func() {
@@ -319,7 +319,7 @@ func TestViewNotTorn(t *testing.T) {
 // alone in its shard makes room elsewhere instead of evicting itself, and the
 // store never holds more than its capacity.
 func TestStoreCapacityAcrossShards(t *testing.T) {
-	s, out := newTestStore(t, Config{Capacity: 3, Shards: 64})
+	s, out := newTestStore(t, Config[none]{Capacity: 3, Shards: 64})
 	for i := range 100 {
 		k := fmt.Sprintf("k%d", i)
 		e, added := s.GetOrAdd(k)
@@ -337,3 +337,6 @@ func TestStoreCapacityAcrossShards(t *testing.T) {
 		t.Fatalf("evicted %d, want 97", len(*out))
 	}
 }
+
+// none is the owner state of the entries in these tests.
+type none = struct{}
