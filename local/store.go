@@ -36,6 +36,9 @@ type Config[X any] struct {
 	// these figures are final. OnEvict runs on the goroutine that caused the
 	// eviction, after every lock is released. Nil drops the figures.
 	OnEvict func(e *Entry[X], unused, pending int64)
+	// TrackTouched makes Tick return the entries touched since the previous
+	// Tick. Without it Tick returns none and the store keeps no such list.
+	TrackTouched bool
 }
 
 // ErrConfig reports an invalid Config.
@@ -54,6 +57,7 @@ type Store[X any] struct {
 	seed     maphash.Seed
 	mask     uint64 // len(shards) - 1
 	capacity int64
+	track    bool         // Config.TrackTouched
 	count    atomic.Int64 // entries tracked, across shards
 	epoch    atomic.Uint32
 	onEvict  func(e *Entry[X], unused, pending int64)
@@ -68,6 +72,7 @@ type shard[X any] struct {
 	mu      sync.Mutex                          // protects lru, evicted, and writes to table
 	lru     *simplelru.LRU[*Entry[X], struct{}] // recency and the bound
 	evicted []*Entry[X]                         // entries the lru let go, to hand off after unlocking
+	touched []*Entry[X]                         // entries first looked up or added in this epoch
 	_       [64]byte                            // keep shards on separate cache lines
 }
 
@@ -89,6 +94,7 @@ func New[X any](cfg Config[X]) (*Store[X], error) {
 		seed:     maphash.MakeSeed(),
 		mask:     uint64(cfg.Shards - 1),
 		capacity: int64(cfg.Capacity),
+		track:    cfg.TrackTouched,
 		onEvict:  cfg.OnEvict,
 		shards:   make([]shard[X], cfg.Shards),
 	}
@@ -140,6 +146,9 @@ func (s *Store[X]) GetOrAdd(key string) (e *Entry[X], added bool) {
 	}
 	e = newEntry[X](strings.Clone(key), uint32(h>>32))
 	e.touched.Store(s.epoch.Load())
+	if s.track {
+		sh.touched = append(sh.touched, e)
+	}
 	sh.insertLocked(e)
 	sh.lru.Add(e, struct{}{})
 	full := s.count.Add(1) > s.capacity
@@ -228,12 +237,30 @@ func (s *Store[X]) Drain() int {
 // Len returns the number of entries tracked.
 func (s *Store[X]) Len() int { return int(s.count.Load()) }
 
-// Tick starts a new recency epoch. An entry's recency is refreshed at most
-// once per epoch, the first time it is looked up in it, so that a hot key's
-// lookups do not all queue on its shard's lock. The owner calls Tick on a
-// regular beat (the reconciler: once per round). Without Ticks, entries are
+// Tick starts a new epoch. With Config.TrackTouched it returns the entries
+// touched (added, or looked up with Get or GetOrAdd) since the previous Tick,
+// appended to dst; each appears once, and some may since have been retired.
+//
+// An entry's recency is refreshed at most once per epoch, the first time it
+// is looked up in it, so that a hot key's lookups do not all queue on its
+// shard's lock. The owner calls Tick on a regular beat (the reconciler: once
+// per round, to learn which keys to settle). Without Ticks, entries are
 // evicted in the order they were added.
-func (s *Store[X]) Tick() { s.epoch.Add(1) }
+func (s *Store[X]) Tick(dst []*Entry[X]) []*Entry[X] {
+	s.epoch.Add(1)
+	if !s.track {
+		return dst
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		dst = append(dst, sh.touched...)
+		clear(sh.touched)
+		sh.touched = sh.touched[:0]
+		sh.mu.Unlock()
+	}
+	return dst
+}
 
 // handOff retires e and gives its contents to the owner.
 func (s *Store[X]) handOff(e *Entry[X]) {
@@ -243,11 +270,16 @@ func (s *Store[X]) handOff(e *Entry[X]) {
 	}
 }
 
-// touch moves e to the front of its shard's recency list.
+// touch moves e to the front of its shard's recency list and lists it as
+// touched in this epoch, once.
 func (sh *shard[X]) touch(e *Entry[X], epoch uint32) {
 	sh.mu.Lock()
-	sh.lru.Get(e) // a no-op for an entry that has just left
-	e.touched.Store(epoch)
+	if e.touched.Load() != epoch {
+		if _, ok := sh.lru.Get(e); ok && sh.store.track { // not if e has just left
+			sh.touched = append(sh.touched, e)
+		}
+		e.touched.Store(epoch)
+	}
 	sh.mu.Unlock()
 }
 

@@ -124,7 +124,7 @@ func TestStoreEvictionHandOff(t *testing.T) {
 		e.Allowance.Add(int64(10 * (i + 1)))
 		e.Pending.Add(int64(i + 1))
 	}
-	s.Tick()
+	s.Tick(nil)
 	s.Get("a") // a is now more recent than b and c
 	b := s.Get("b")
 	b.Allowance.Spend(5)
@@ -190,7 +190,7 @@ func TestStoreConservation(t *testing.T) {
 						pending.Add(1)
 					}
 				case 2:
-					s.Tick()
+					s.Tick(nil)
 				default:
 					if e.Allowance.Spend(3) {
 						spent.Add(3)
@@ -340,3 +340,38 @@ func TestStoreCapacityAcrossShards(t *testing.T) {
 
 // none is the owner state of the entries in these tests.
 type none = struct{}
+
+// TestStoreTouched: Tick lists each entry touched since the previous Tick
+// once, new ones included, and nothing when nothing was touched.
+func TestStoreTouched(t *testing.T) {
+	s, _ := newTestStore(t, Config[none]{TrackTouched: true, Capacity: 10, Shards: 2})
+	keys := func(es []*Entry[none]) map[string]int {
+		m := map[string]int{}
+		for _, e := range es {
+			m[e.Key()]++
+		}
+		return m
+	}
+	s.GetOrAdd("a")
+	s.GetOrAdd("b")
+	s.Get("a")
+	if got := keys(s.Tick(nil)); len(got) != 2 || got["a"] != 1 || got["b"] != 1 {
+		t.Fatalf("first Tick listed %v, want a and b once each", got)
+	}
+	if got := s.Tick(nil); len(got) != 0 {
+		t.Fatalf("Tick with nothing touched listed %d entries", len(got))
+	}
+	for range 3 {
+		s.Get("b")
+		s.GetOrAdd("b")
+	}
+	s.GetOrAdd("c")
+	if got := keys(s.Tick(nil)); len(got) != 2 || got["b"] != 1 || got["c"] != 1 {
+		t.Fatalf("third Tick listed %v, want b and c once each", got)
+	}
+	untracked, _ := newTestStore(t, Config[none]{})
+	untracked.GetOrAdd("a")
+	if got := untracked.Tick(nil); len(got) != 0 {
+		t.Fatalf("Tick without TrackTouched listed %d entries", len(got))
+	}
+}
