@@ -375,3 +375,27 @@ func TestStoreTouched(t *testing.T) {
 		t.Fatalf("Tick without TrackTouched listed %d entries", len(got))
 	}
 }
+
+func TestTokensSetAndTakeUpTo(t *testing.T) {
+	var a Tokens
+	a.Add(10)
+	if left, ok := a.SpendLeft(4); !ok || left != 6 {
+		t.Fatalf("SpendLeft(4) = %d, %v; want 6, true", left, ok)
+	}
+	if left, ok := a.SpendLeft(7); ok || left != 6 {
+		t.Fatalf("SpendLeft(7) = %d, %v; want 6, false", left, ok)
+	}
+	if got := a.TakeUpTo(4); got != 4 || a.Load() != 2 {
+		t.Fatalf("TakeUpTo(4) = %d (left %d), want 4 (2)", got, a.Load())
+	}
+	if got := a.TakeUpTo(9); got != 2 || a.Load() != 0 {
+		t.Fatalf("TakeUpTo(9) = %d (left %d), want 2 (0)", got, a.Load())
+	}
+	if old, ok := a.Set(5); !ok || old != 0 || a.Load() != 5 {
+		t.Fatalf("Set(5) = %d, %v (now %d); want 0, true (5)", old, ok, a.Load())
+	}
+	a.Retire()
+	if _, ok := a.Set(5); ok || a.Load() != 0 || a.TakeUpTo(1) != 0 {
+		t.Fatal("a retired Tokens was set or gave tokens")
+	}
+}

@@ -26,16 +26,51 @@ type Tokens struct {
 	v atomic.Int64 // micro-tokens, >= 0; retiredMark once retired
 }
 
-// Spend takes n micro-tokens if a holds at least n, and reports
-// whether it did. It reads no clock and never blocks.
+// Spend takes n micro-tokens if a holds at least n, and reports whether it
+// did. It reads no clock and never blocks.
 func (a *Tokens) Spend(n int64) bool {
+	_, ok := a.SpendLeft(n)
+	return ok
+}
+
+// SpendLeft is Spend that also returns what a holds after it.
+func (a *Tokens) SpendLeft(n int64) (left int64, ok bool) {
 	for {
 		v := a.v.Load()
 		if v < n {
-			return false
+			return max(v, 0), false
 		}
 		if a.v.CompareAndSwap(v, v-n) {
-			return true
+			return v - n, true
+		}
+	}
+}
+
+// TakeUpTo takes at most n micro-tokens, as many as a holds, and returns how
+// many it took.
+func (a *Tokens) TakeUpTo(n int64) int64 {
+	for {
+		v := a.v.Load()
+		take := min(v, n)
+		if take <= 0 {
+			return 0
+		}
+		if a.v.CompareAndSwap(v, v-take) {
+			return take
+		}
+	}
+}
+
+// Set replaces what a holds with n and returns what it held. It reports
+// false, changing nothing, if a is retired.
+func (a *Tokens) Set(n int64) (old int64, ok bool) {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return 0, false
+		}
+		if a.v.CompareAndSwap(v, n) {
+			return v, true
 		}
 	}
 }
