@@ -109,3 +109,58 @@ func ExampleLimiter_Key() {
 	// hybrid:{user42}
 	// hybrid:{a}b}
 }
+
+// Three instances beat every 20 s with a TTL of a minute. One leaves on
+// shutdown and one crashes: the first is gone at once, the second a minute
+// after its last beat.
+func ExampleLimiter_Heartbeat() {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m, rdb, stop := exampleRedis(start)
+	defer stop()
+	l, err := global.New(rdb, global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	const ttl = time.Minute
+	beat := func(at time.Duration, id string) {
+		m.SetTime(start.Add(at))
+		live, _, err := l.Heartbeat(ctx, id, ttl)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%v: %s beats, %d live\n", at, id, live)
+	}
+	beat(0, "a")
+	beat(0, "b")
+	beat(0, "c")
+	live, err := l.Leave(ctx, "c", ttl)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("0s: c leaves, %d live\n", live)
+	// b crashes; a beats on.
+	beat(20*time.Second, "a")
+	beat(40*time.Second, "a")
+	beat(60*time.Second, "a")
+	// Output:
+	// 0s: a beats, 1 live
+	// 0s: b beats, 2 live
+	// 0s: c beats, 3 live
+	// 0s: c leaves, 2 live
+	// 20s: a beats, 2 live
+	// 40s: a beats, 2 live
+	// 1m0s: a beats, 1 live
+}
+
+func ExampleLimiter_FleetKey() {
+	l, err := global.New(redis.NewClient(&redis.Options{}), global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l.FleetKey())
+	fmt.Println(l.Key("fleet"))
+	// Output:
+	// hybrid:fleet{fleet}
+	// hybrid:{fleet}
+}

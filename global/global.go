@@ -10,7 +10,9 @@
 //
 // Settle changes many buckets in one pipelined round trip: it is what an
 // in-process tier uses to reconcile its shadow buckets. Allow is the plain
-// exact limiter, one script call per decision.
+// exact limiter, one script call per decision. Heartbeat and Leave count the
+// live instances of the fleet that shares the buckets, in a sorted set kept
+// by a second script.
 package global
 
 import (
@@ -37,8 +39,9 @@ var _ Client = redis.UniversalClient(nil)
 
 // Config configures a Limiter. The zero value is ready to use.
 type Config struct {
-	// Prefix starts every Redis key: Prefix + ":{" + key + "}". It may not
-	// contain '{' or '}'. "" means "hybrid".
+	// Prefix starts every Redis key: Prefix + ":{" + key + "}" for the
+	// bucket of key, and Prefix + ":fleet{fleet}" for the fleet set (see
+	// Limiter.FleetKey). It may not contain '{' or '}'. "" means "hybrid".
 	Prefix string
 }
 
@@ -73,9 +76,11 @@ const maxAmount = 1<<53 - 1
 // own besides its configuration and is safe for concurrent use. Create one
 // with New.
 type Limiter struct {
-	rdb    Client
-	prefix string // Config.Prefix + ":{"
-	script *redis.Script
+	rdb      Client
+	prefix   string // Config.Prefix + ":{"
+	fleetKey string // Config.Prefix + ":fleet{fleet}"
+	script   *redis.Script
+	fleet    *redis.Script // lua.Heartbeat
 }
 
 // New returns a Limiter that keeps its buckets in rdb.
@@ -91,9 +96,11 @@ func New(rdb Client, cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("global: prefix %q contains '{' or '}'", prefix)
 	}
 	return &Limiter{
-		rdb:    rdb,
-		prefix: prefix + ":{",
-		script: redis.NewScript(lua.Settle),
+		rdb:      rdb,
+		prefix:   prefix + ":{",
+		fleetKey: prefix + fleetSuffix,
+		script:   redis.NewScript(lua.Settle),
+		fleet:    redis.NewScript(lua.Heartbeat),
 	}, nil
 }
 

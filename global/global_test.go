@@ -59,7 +59,8 @@ func TestKeyInjective(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"a", "a}", "}a", "a}b", "a}{b", "{a}", "a:{b}", ":{a", "}", "}}", "{", "\x00", "a b"}
+	keys := []string{"a", "a}", "}a", "a}b", "a}{b", "{a}", "a:{b}", ":{a", "}", "}}", "{", "\x00", "a b",
+		"fleet", "fleet}", "{fleet}", "fleet{fleet}", ":fleet{fleet}", "fleet{fleet", "fleet:{fleet}"}
 	seen := map[string]string{}
 	for _, k := range keys {
 		rk := l.Key(k)
@@ -70,6 +71,36 @@ func TestKeyInjective(t *testing.T) {
 		got, ok := strings.CutPrefix(rk, "p:{")
 		if !ok || !strings.HasSuffix(got, "}") || got[:len(got)-1] != k {
 			t.Errorf("Key(%q) = %q, want p:{%s}", k, rk, k)
+		}
+		// What makes a bucket key: its first '{' follows a ':'.
+		if i := strings.IndexByte(rk, '{'); i < 1 || rk[i-1] != ':' {
+			t.Errorf("Key(%q) = %q: its first '{' does not follow a ':'", k, rk)
+		}
+	}
+
+	// The fleet set is no bucket: its first '{' follows a 't'. Not of this
+	// prefix, nor of one that ends like the fleet key starts.
+	if got, want := l.FleetKey(), "p:fleet{fleet}"; got != want {
+		t.Errorf("FleetKey() = %q, want %q", got, want)
+	}
+	if k, ok := seen[l.FleetKey()]; ok {
+		t.Errorf("FleetKey() = Key(%q) = %q", k, l.FleetKey())
+	}
+	if i := strings.IndexByte(l.FleetKey(), '{'); i < 1 || l.FleetKey()[i-1] == ':' {
+		t.Errorf("FleetKey() = %q: its first '{' follows a ':'", l.FleetKey())
+	}
+	for _, prefix := range []string{"p", "p:", "p:fleet", "p:fleet:", "p:fleet:fleet"} {
+		other, err := global.New(redis.NewClient(&redis.Options{}), global.Config{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if rk := other.Key(k); rk == l.FleetKey() {
+				t.Errorf("prefix %q: Key(%q) = FleetKey() of prefix p = %q", prefix, k, rk)
+			}
+		}
+		if prefix != "p" && other.FleetKey() == l.FleetKey() {
+			t.Errorf("prefix %q: FleetKey() = %q, the same as for prefix p", prefix, other.FleetKey())
 		}
 	}
 }

@@ -87,3 +87,57 @@ func TestResult(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFleetReply(t *testing.T) {
+	const now = 1_900_000_000_000 // ms
+	tests := []struct {
+		name    string
+		v       any
+		minLive int64
+		ok      bool
+	}{
+		{"valid", []any{int64(3), int64(now)}, 1, true},
+		{"valid empty after leave", []any{int64(0), int64(now)}, 0, true},
+		{"valid at time 0", []any{int64(1), int64(0)}, 1, true},
+		{"valid largest", []any{int64(maxLive), int64(maxAmount)}, 1, true},
+		{"nil", nil, 0, false},
+		{"string", "OK", 0, false},
+		{"integer", int64(1), 0, false},
+		{"empty", []any{}, 0, false},
+		{"one value", []any{int64(1)}, 0, false},
+		{"three values", []any{int64(1), int64(now), int64(0)}, 0, false},
+		{"nil values", []any{nil, nil}, 0, false},
+		{"string values", []any{"1", "2"}, 0, false},
+		{"int, not int64", []any{1, now}, 0, false},
+		{"float", []any{1.5, int64(now)}, 0, false},
+		{"nested", []any{[]any{int64(1)}, int64(now)}, 0, false},
+		{"int64 slice", []int64{1, now}, 0, false},
+		{"map", map[any]any{"live": int64(1)}, 0, false},
+		{"error value", []any{errors.New("x"), int64(now)}, 0, false},
+		{"beat counts none", []any{int64(0), int64(now)}, 1, false},
+		{"negative live", []any{int64(-1), int64(now)}, 0, false},
+		{"live beyond 2^31", []any{int64(maxLive + 1), int64(now)}, 0, false},
+		{"negative now", []any{int64(1), int64(-1)}, 0, false},
+		{"now beyond 2^53", []any{int64(1), int64(1 << 53)}, 0, false},
+	}
+	for _, tt := range tests {
+		live, at, err := parseFleetReply(tt.v, tt.minLive)
+		if tt.ok {
+			if err != nil {
+				t.Errorf("%s: parseFleetReply(%v, %d) = %v, want nil", tt.name, tt.v, tt.minLive, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrReply) {
+			t.Errorf("%s: parseFleetReply(%v, %d) = %d, %v, %v; want %v", tt.name, tt.v, tt.minLive, live, at, err, ErrReply)
+		}
+		if live != 0 || !at.IsZero() {
+			t.Errorf("%s: parseFleetReply(%v, %d) = %d, %v with the error, want 0 and the zero time", tt.name, tt.v, tt.minLive, live, at)
+		}
+	}
+
+	live, at, err := parseFleetReply([]any{int64(7), int64(now)}, 1)
+	if err != nil || live != 7 || !at.Equal(time.UnixMilli(now)) {
+		t.Errorf("parseFleetReply = %d, %v, %v; want 7, %v", live, at, err, time.UnixMilli(now))
+	}
+}

@@ -1,6 +1,6 @@
-// Package lua holds the Lua scripts that change the token buckets in Redis,
-// embedded in the binary. The scripts document their KEYS, ARGV and reply in a
-// header comment; package global runs them.
+// Package lua holds the Lua scripts that change the token buckets and the
+// fleet set in Redis, embedded in the binary. The scripts document their
+// KEYS, ARGV and reply in a header comment; package global runs them.
 package lua
 
 import _ "embed"
@@ -14,3 +14,13 @@ import _ "embed"
 //
 //go:embed settle.lua
 var Settle string
+
+// Heartbeat is the source of heartbeat.lua: one beat of an instance in the
+// fleet kept in KEYS[1], a sorted set of instance ids scored by the Redis
+// time of their last beat in milliseconds. With ARGV id, ttl_ms and leave it
+// sets id's score to Redis TIME (or removes id when leave is 1), drops every
+// member not heard from within ttl_ms, renews the set's TTL to 2*ttl_ms (at
+// least 1 s) and replies {live, now_ms}: the members left and the Redis time.
+//
+//go:embed heartbeat.lua
+var Heartbeat string

@@ -1,0 +1,387 @@
+// Package breaker is the circuit breaker around the limiter's Redis round
+// trips: sony/gobreaker v2 with this project's policy on which outcomes count,
+// when to trip, and how state changes are reported.
+//
+// A call counts as a failure when Redis failed or did not answer within the
+// call's own deadline (Config.CallTimeout). It does not count at all when the
+// caller gave up first (its context was cancelled or its own deadline passed),
+// and it counts as a success when Redis answered, even with an error reply
+// (see Answered). An open breaker refuses calls: the limiter then runs in its
+// local fallback mode.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// State is the state of a Breaker.
+type State int
+
+// The states of a Breaker. Closed lets calls through and counts their
+// outcomes; Open refuses them; HalfOpen lets a few probes through to decide
+// whether to close again or re-open.
+const (
+	Closed State = iota
+	HalfOpen
+	Open
+)
+
+// String returns "closed", "half-open" or "open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	default:
+		return fmt.Sprintf("breaker.State(%d)", int(s))
+	}
+}
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultConsecutiveFailures = 3
+	DefaultFailureRatio        = 0.5
+	DefaultMinRequests         = 10
+	DefaultInterval            = 10 * time.Second
+	DefaultOpenTimeout         = time.Second
+	DefaultHalfOpenProbes      = 1
+	DefaultCallTimeout         = 50 * time.Millisecond
+	DefaultName                = "redis"
+)
+
+// intervalBuckets is the number of buckets of the closed state's rolling
+// window: its counts age out one tenth of Interval at a time.
+const intervalBuckets = 10
+
+// Config configures a Breaker. A zero field means its documented default, so
+// the zero Config is ready to use.
+type Config struct {
+	// ConsecutiveFailures trips the breaker when this many calls in a row
+	// have failed within Interval, in the closed state. 0 means 3.
+	ConsecutiveFailures uint32
+
+	// FailureRatio trips the breaker when at least this share of the calls
+	// with an outcome within Interval failed, once there are MinRequests of
+	// them, in the closed state. It must be in (0, 1]. 0 means 0.5.
+	FailureRatio float64
+
+	// MinRequests is how many calls with an outcome (successes and failures;
+	// not excluded calls nor calls still in flight) the FailureRatio rule
+	// needs within Interval. 0 means 10.
+	MinRequests uint32
+
+	// Interval is the closed state's counting window. It rolls: counts age
+	// out one tenth of Interval at a time. It must not be negative. 0 means
+	// 10s.
+	Interval time.Duration
+
+	// OpenTimeout is how long the breaker stays open before it lets probes
+	// through (half-open). It must not be negative. 0 means 1s.
+	OpenTimeout time.Duration
+
+	// HalfOpenProbes is how many calls the half-open breaker lets through;
+	// they must all succeed for it to close, and one failure re-opens it.
+	// Excluded probes (see Breaker.Do) free their place for another. 0 means 1.
+	HalfOpenProbes uint32
+
+	// CallTimeout is the deadline of each call, set on the context passed to
+	// the called function. The call fails when it expires. It must not be
+	// negative. 0 means 50ms.
+	CallTimeout time.Duration
+
+	// OnStateChange, if not nil, is called for every state transition, in
+	// the order they happen, never while a lock is held, so it may call the
+	// Breaker's methods. It runs on the goroutine whose call caused the
+	// transition (Do, State or Counts), unless another goroutine is
+	// delivering transitions at that moment: then that one delivers it too,
+	// right after the earlier ones. Calls to OnStateChange never overlap.
+	// Transitions caused from inside OnStateChange are delivered after it
+	// returns.
+	OnStateChange func(from, to State)
+
+	// Name names the breaker in errors. "" means "redis".
+	Name string
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("breaker: invalid config")
+
+// ErrOpen means "do not call now": the breaker is open, or it is half-open
+// and its probes are in flight. Do wraps it with the breaker's name.
+var ErrOpen = errors.New("breaker: open")
+
+// Counts holds the numbers of calls and their outcomes. The first six fields
+// mirror gobreaker's counts: they cover the current state only, are cleared
+// on every transition, and in the closed state cover the last Interval. Trips
+// and Rejected are totals since New.
+type Counts struct {
+	Requests             uint32 // calls let through (outcome or not yet)
+	TotalSuccesses       uint32 // calls that succeeded
+	TotalFailures        uint32 // calls that failed
+	TotalExclusions      uint32 // calls that counted neither way
+	ConsecutiveSuccesses uint32 // successes since the last failure
+	ConsecutiveFailures  uint32 // failures since the last success
+
+	Trips    uint64 // times the breaker opened
+	Rejected uint64 // calls refused with ErrOpen
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use. Create one
+// with New; the zero Breaker is not usable.
+type Breaker struct {
+	cb            *gobreaker.TwoStepCircuitBreaker[struct{}]
+	callTimeout   time.Duration
+	onStateChange func(from, to State)
+	errOpen       error // ErrOpen with the name, when open
+	errBusy       error // ErrOpen with the name, when the probes are in flight
+
+	trips    atomic.Uint64
+	rejected atomic.Uint64
+
+	mu         sync.Mutex   // protects the fields below; taken under gobreaker's lock, never the other way
+	queue      []transition // transitions not yet delivered, from next on
+	next       int          // index in queue of the next one to deliver
+	delivering bool         // a goroutine is calling onStateChange
+}
+
+// transition is one state change, queued for delivery.
+type transition struct{ from, to State }
+
+// outcome values passed to gobreaker's done callback. gobreaker classifies
+// them with isExcluded and its default IsSuccessful (err == nil).
+var (
+	errFailure  = errors.New("breaker: failure")
+	errExcluded = errors.New("breaker: excluded")
+)
+
+// New returns a Breaker configured by cfg, closed. The error wraps ErrConfig.
+func New(cfg Config) (*Breaker, error) {
+	switch {
+	case cfg.FailureRatio != 0 && !(cfg.FailureRatio > 0 && cfg.FailureRatio <= 1):
+		return nil, fmt.Errorf("%w: FailureRatio %v is not in (0, 1]", ErrConfig, cfg.FailureRatio)
+	case cfg.Interval < 0:
+		return nil, fmt.Errorf("%w: Interval %v is negative", ErrConfig, cfg.Interval)
+	case cfg.OpenTimeout < 0:
+		return nil, fmt.Errorf("%w: OpenTimeout %v is negative", ErrConfig, cfg.OpenTimeout)
+	case cfg.CallTimeout < 0:
+		return nil, fmt.Errorf("%w: CallTimeout %v is negative", ErrConfig, cfg.CallTimeout)
+	}
+	consecutive := orDefault(cfg.ConsecutiveFailures, DefaultConsecutiveFailures)
+	ratio := orDefault(cfg.FailureRatio, DefaultFailureRatio)
+	minRequests := orDefault(cfg.MinRequests, DefaultMinRequests)
+	interval := orDefault(cfg.Interval, DefaultInterval)
+	name := orDefault(cfg.Name, DefaultName)
+
+	b := &Breaker{
+		callTimeout:   orDefault(cfg.CallTimeout, DefaultCallTimeout),
+		onStateChange: cfg.OnStateChange,
+		errOpen:       &openError{msg: "breaker: " + name + ": open"},
+		errBusy:       &openError{msg: "breaker: " + name + ": open (half-open, probes in flight)"},
+	}
+	// A bucket period of a tenth of Interval (rounded up, so that gobreaker,
+	// which rounds Interval up to a whole number of periods, keeps 10 of them
+	// at most) makes the closed state's window roll.
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         name,
+		MaxRequests:  orDefault(cfg.HalfOpenProbes, DefaultHalfOpenProbes),
+		Interval:     interval,
+		BucketPeriod: (interval + intervalBuckets - 1) / intervalBuckets,
+		Timeout:      orDefault(cfg.OpenTimeout, DefaultOpenTimeout),
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= consecutive {
+				return true
+			}
+			n := uint64(c.TotalSuccesses) + uint64(c.TotalFailures)
+			return n >= uint64(minRequests) && float64(c.TotalFailures)/float64(n) >= ratio
+		},
+		OnStateChange: b.queueTransition,
+		IsExcluded:    func(err error) bool { return err == errExcluded },
+	})
+	return b, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Do calls f unless the breaker refuses the call, in which case it returns an
+// error wrapping ErrOpen without calling f. f gets a context derived from ctx
+// with the breaker's CallTimeout. Do returns f's error unchanged.
+//
+// The outcome counts as a success when f returns nil or an error marked with
+// Answered. Otherwise, if ctx is done (the caller cancelled, or its own
+// deadline passed), the call is excluded: it counts neither way, and an
+// excluded half-open probe frees its place for another. Any other error,
+// including the expiry of CallTimeout while ctx is live, is a failure. If f
+// panics, the call is a failure and the panic goes on.
+func (b *Breaker) Do(ctx context.Context, f func(ctx context.Context) error) error {
+	done, err := b.cb.Allow()
+	if err != nil {
+		b.rejected.Add(1)
+		if errors.Is(err, gobreaker.ErrTooManyRequests) {
+			return b.errBusy
+		}
+		return b.errOpen
+	}
+	// Report the outcome even on a panic, or a half-open breaker would wait
+	// for this probe forever.
+	result := errExcluded // OnStateChange panicked: f was not called
+	defer func() {
+		done(result)
+		b.deliver()
+	}()
+	b.deliver() // Allow may have moved the breaker from open to half-open
+
+	callCtx, cancel := context.WithTimeout(ctx, b.callTimeout)
+	defer cancel()
+	result = errFailure // f panicked
+	err = f(callCtx)
+	result = outcome(ctx, err)
+	return err
+}
+
+// outcome maps the error of a call to what gobreaker counts: nil for a
+// success, errExcluded or errFailure.
+func outcome(ctx context.Context, err error) error {
+	switch {
+	case err == nil || isAnswered(err):
+		return nil
+	case ctx.Err() != nil:
+		return errExcluded
+	default:
+		return errFailure
+	}
+}
+
+// State returns the current state of the breaker. An open breaker whose
+// OpenTimeout has passed becomes half-open when State, Counts or Do first
+// observes it.
+func (b *Breaker) State() State {
+	s := b.cb.State()
+	b.deliver()
+	return fromGobreaker(s)
+}
+
+// Counts returns the breaker's counts, after bringing its state up to date
+// as State does.
+func (b *Breaker) Counts() Counts {
+	b.cb.State() // rolls the closed window and times out the open state
+	b.deliver()
+	c := b.cb.Counts()
+	return Counts{
+		Requests:             c.Requests,
+		TotalSuccesses:       c.TotalSuccesses,
+		TotalFailures:        c.TotalFailures,
+		TotalExclusions:      c.TotalExclusions,
+		ConsecutiveSuccesses: c.ConsecutiveSuccesses,
+		ConsecutiveFailures:  c.ConsecutiveFailures,
+		Trips:                b.trips.Load(),
+		Rejected:             b.rejected.Load(),
+	}
+}
+
+// queueTransition is gobreaker's OnStateChange. gobreaker calls it with its
+// own lock held, so it only records the transition; deliver runs the user's
+// callback once that lock is released.
+func (b *Breaker) queueTransition(_ string, from, to gobreaker.State) {
+	t := transition{from: fromGobreaker(from), to: fromGobreaker(to)}
+	if t.to == Open {
+		b.trips.Add(1)
+	}
+	if b.onStateChange == nil {
+		return
+	}
+	b.mu.Lock()
+	b.queue = append(b.queue, t)
+	b.mu.Unlock()
+}
+
+// deliver calls onStateChange for each queued transition, in order, unless
+// another call of deliver is doing so (it then delivers these too, as it
+// loops until the queue is empty). It must not be called with gobreaker's
+// lock held.
+func (b *Breaker) deliver() {
+	if b.onStateChange == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.delivering || b.next == len(b.queue) {
+		b.mu.Unlock()
+		return
+	}
+	b.delivering = true
+	finished := false
+	defer func() {
+		if !finished { // onStateChange panicked; let a later call go on
+			b.mu.Lock()
+			b.delivering = false
+			b.mu.Unlock()
+		}
+	}()
+	for b.next < len(b.queue) {
+		t := b.queue[b.next]
+		b.next++
+		b.mu.Unlock()
+		b.onStateChange(t.from, t.to)
+		b.mu.Lock()
+	}
+	b.queue = b.queue[:0]
+	b.next = 0
+	b.delivering = false
+	finished = true
+	b.mu.Unlock()
+}
+
+func fromGobreaker(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateClosed:
+		return Closed
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	default:
+		return Open
+	}
+}
+
+// openError is ErrOpen with the breaker's name in its message.
+type openError struct{ msg string }
+
+func (e *openError) Error() string { return e.msg }
+func (e *openError) Unwrap() error { return ErrOpen }
+
+// Answered marks err as an error reply from Redis, such as WRONGTYPE or a
+// script error: Redis answered, so the connection is healthy and Do counts
+// the call as a success. Do still returns the error, and errors.Is and
+// errors.As see through the mark to err. The mark may be wrapped further.
+// Answered(nil) is nil.
+func Answered(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &answeredError{err: err}
+}
+
+// answeredError is the mark Answered puts on an error.
+type answeredError struct{ err error }
+
+func (e *answeredError) Error() string { return e.err.Error() }
+func (e *answeredError) Unwrap() error { return e.err }
+
+func isAnswered(err error) bool {
+	var a *answeredError
+	return errors.As(err, &a)
+}

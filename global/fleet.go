@@ -1,0 +1,146 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounds of Heartbeat and Leave, as the script checks them too.
+const (
+	// MaxIDLen is the longest instance id, in bytes.
+	MaxIDLen = 256
+	// MaxTTL is the longest heartbeat TTL: 2^40 ms, about 35 years.
+	MaxTTL = (1 << 40) * time.Millisecond
+)
+
+// ErrInvalidTTL means a heartbeat TTL below 1 ms or above MaxTTL. Like the
+// other misuse errors it is reported before Redis is touched.
+var ErrInvalidTTL = errors.New("invalid ttl")
+
+// fleetSuffix follows the prefix in the key of the fleet set.
+const fleetSuffix = ":fleet{fleet}"
+
+// maxLive bounds the live count of a reply: more instances than that is a
+// garbled reply, not a fleet, and it fits an int everywhere.
+const maxLive = math.MaxInt32
+
+// FleetKey returns the Redis key of the fleet set that Heartbeat and Leave
+// keep: the prefix and ":fleet{fleet}", "hybrid:fleet{fleet}" by default.
+//
+// It is never the key of a bucket, for this prefix or any other. A bucket key
+// is prefix + ":{" + key + "}" with a prefix that has no braces, so its first
+// '{' comes right after a ':'; in the fleet key the first '{' comes right
+// after a 't'. Fleet keys of different prefixes differ too, since they end
+// alike. The hash tag is "fleet", so on a Redis Cluster the set shares a slot
+// with the bucket of the key "fleet" (and of keys that start with "fleet}"),
+// never a key.
+func (l *Limiter) FleetKey() string {
+	return l.fleetKey
+}
+
+// Heartbeat records that the instance id is live, at the Redis time of the
+// call, and returns how many instances of the fleet are live (this one
+// included) and that time, to the millisecond.
+//
+// Every instance of a fleet (the Limiters sharing a prefix) beats under an id
+// of its own, well within ttl (every ttl/3, say), and all with the same ttl.
+// An instance is live while its last beat is less than ttl old in Redis time;
+// each call drops those that are not, so an instance that crashed drops out
+// of the count ttl after its last beat, without anyone saying so. Each call
+// also sets the set to expire 2*ttl later (at least 1 s), so a fleet that
+// stops beating leaves nothing behind.
+//
+// ttl is rounded up to whole milliseconds. If the script is not cached in
+// Redis it is sent again. Errors wrap ErrInvalidKey for an empty id or one
+// longer than MaxIDLen and ErrInvalidTTL for ttl below 1 ms or above MaxTTL
+// (both checked before Redis is touched), or ErrReply for a reply that is
+// not two integers in range; others come from Redis.
+func (l *Limiter) Heartbeat(ctx context.Context, id string, ttl time.Duration) (live int, now time.Time, err error) {
+	live, now, err = l.beat(ctx, id, ttl, false)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("global: heartbeat %q: %w", id, err)
+	}
+	return live, now, nil
+}
+
+// Leave removes the instance id from the fleet at once, so that the others
+// count one less without waiting ttl, drops the instances not heard from
+// within ttl, as Heartbeat does, and returns how many are left. Leaving
+// twice, or without a beat, is not an error. Call it when an instance shuts
+// down, with the ttl it beat with. Its errors are those of Heartbeat.
+func (l *Limiter) Leave(ctx context.Context, id string, ttl time.Duration) (live int, err error) {
+	live, _, err = l.beat(ctx, id, ttl, true)
+	if err != nil {
+		return 0, fmt.Errorf("global: leave %q: %w", id, err)
+	}
+	return live, nil
+}
+
+// beat runs the heartbeat script once.
+func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave bool) (int, time.Time, error) {
+	ms, err := checkBeat(id, ttl)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	flag, minLive := 0, int64(1) // a beat counts itself
+	if leave {
+		flag, minLive = 1, 0
+	}
+	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey}, id, ms, flag).Result()
+	if errors.Is(err, redis.Nil) {
+		err = fmt.Errorf("%w: got nil, want 2 integers", ErrReply)
+	}
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return parseFleetReply(v, minLive)
+}
+
+// checkBeat validates the arguments of Heartbeat and Leave and returns ttl in
+// milliseconds, rounded up.
+func checkBeat(id string, ttl time.Duration) (int64, error) {
+	if id == "" {
+		return 0, fmt.Errorf("%w: empty id", ErrInvalidKey)
+	}
+	if len(id) > MaxIDLen {
+		return 0, fmt.Errorf("%w: id of %d bytes, more than %d", ErrInvalidKey, len(id), MaxIDLen)
+	}
+	if ttl < time.Millisecond || ttl > MaxTTL {
+		return 0, fmt.Errorf("%w: %v is outside [1ms, 2^40 ms]", ErrInvalidTTL, ttl)
+	}
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond), nil
+}
+
+// parseFleetReply reads the script's reply {live, now_ms}, in which live is
+// at least minLive. It never panics: anything else is an error wrapping
+// ErrReply.
+func parseFleetReply(v any, minLive int64) (int, time.Time, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return 0, time.Time{}, fmt.Errorf("%w: got %T, want 2 integers", ErrReply, v)
+	}
+	if len(a) != 2 {
+		return 0, time.Time{}, fmt.Errorf("%w: got %d values, want 2 integers", ErrReply, len(a))
+	}
+	var x [2]int64
+	for i, e := range a {
+		n, ok := e.(int64)
+		if !ok {
+			return 0, time.Time{}, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
+		}
+		x[i] = n
+	}
+	live, now := x[0], x[1]
+	switch {
+	case live < minLive || live > maxLive:
+		return 0, time.Time{}, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
+	case now < 0 || now > maxAmount:
+		return 0, time.Time{}, fmt.Errorf("%w: time %d ms is outside [0, 2^53)", ErrReply, now)
+	}
+	return int(live), time.UnixMilli(now), nil
+}
