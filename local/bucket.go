@@ -48,6 +48,10 @@ func NewClock() Clock { return Clock{epoch: time.Now()} }
 // Now returns the monotonic time elapsed since c was made.
 func (c Clock) Now() time.Duration { return time.Since(c.epoch) }
 
+// Time returns the time.Time of the monotonic reading d, with its monotonic
+// part, so that time.Since(c.Time(d)) is exact. It reads no clock.
+func (c Clock) Time(d time.Duration) time.Time { return c.epoch.Add(d) }
+
 // Bucket is the state of one token bucket. Its methods are pure: they
 // compute from the limit and the time they are given and read no clock, so
 // the same calls give the same answers. The time of a Bucket never moves

@@ -62,6 +62,15 @@ func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
 	return ok
 }
 
+// PutAt gives n micro-tokens back to e's local bucket at now, up to its
+// burst.
+func (e *Entry[X]) PutAt(now time.Duration, lim Limit, n int64) {
+	e.mu.Lock()
+	e.initLocked(now, lim)
+	e.bucket.Put(now, lim, n)
+	e.mu.Unlock()
+}
+
 // Bucket returns a copy of e's local bucket, refilled to now.
 func (e *Entry[X]) Bucket(now time.Duration, lim Limit) Bucket {
 	e.mu.Lock()

@@ -1,0 +1,118 @@
+package hybrid
+
+import (
+	"fmt"
+
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// Fallback is the policy that decides while Redis is unreachable (the
+// breaker is open or probing) for keys whose allowance is spent. The zero
+// Fallback is LocalShare. Whatever it admits is recorded and charged to
+// Redis when it is back, so nothing spent during an outage is lost; the
+// charge never sinks a bucket below -burst.
+type Fallback struct {
+	kind  fallbackKind
+	limit Limit // for Static
+}
+
+type fallbackKind uint8
+
+const (
+	localShare fallbackKind = iota
+	failOpen
+	failClosed
+	static
+)
+
+// The fallback policies.
+var (
+	// LocalShare (the default) gives each instance its share of every
+	// limit: rate R/N and burst B/N (at least the cost of the request),
+	// with N the live instances last counted through Redis (or
+	// Config.Instances).
+	LocalShare = Fallback{kind: localShare}
+	// FailOpen admits every request.
+	FailOpen = Fallback{kind: failOpen}
+	// FailClosed denies every request.
+	FailClosed = Fallback{kind: failClosed}
+)
+
+// Static returns the policy that applies lim, per instance and per key,
+// whatever the key's own limit. lim.Mode is ignored.
+func Static(lim Limit) Fallback { return Fallback{kind: static, limit: lim} }
+
+// String names the policy.
+func (f Fallback) String() string {
+	switch f.kind {
+	case localShare:
+		return "LocalShare"
+	case failOpen:
+		return "FailOpen"
+	case failClosed:
+		return "FailClosed"
+	case static:
+		return fmt.Sprintf("Static(%v/s, burst %d)", f.limit.Rate, f.limit.Burst)
+	}
+	return fmt.Sprintf("hybrid.Fallback(%d)", f.kind)
+}
+
+// check validates a Static limit.
+func (f Fallback) check() error {
+	if f.kind == static {
+		if _, err := local.NewLimit(f.limit.Rate, f.limit.Burst); err != nil {
+			return fmt.Errorf("hybrid: fallback %v: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// shareOf returns the local bucket limit of sp under the fallback policy.
+func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
+	if l.fb.kind == static {
+		lim, _ := local.NewLimit(l.fb.limit.Rate, l.fb.limit.Burst) // checked in New
+		return lim
+	}
+	n := l.r.Instances()
+	return local.Limit{Rate: max(sp.Limit.Rate/n, 1), Burst: max(sp.Limit.Burst/n, local.Micro)}
+}
+
+// fallback decides a request for cost micro-tokens by the fallback policy.
+// e may be nil when the key could not keep an entry; then the local bucket
+// is not available and LocalShare and Static deny.
+func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, key string) Result {
+	res := Result{Limit: lim, Source: SourceFallback}
+	ok := false
+	switch l.fb.kind {
+	case failOpen:
+		ok = true
+	case failClosed:
+	default:
+		if e != nil {
+			share := l.shareOf(sp)
+			share.Burst = max(share.Burst, cost)
+			now := l.clock.Now()
+			ok = e.TakeAt(now, share, cost)
+			b := e.Bucket(now, share)
+			res.Remaining = b.Remaining(now, share)
+			res.ResetAfter = b.ResetAfter(now, share)
+			if !ok {
+				res.RetryAfter = b.RetryAfter(now, share, cost)
+			}
+		}
+	}
+	if ok {
+		res.Allowed = true
+		if e == nil || !e.Pending.Add(cost) {
+			l.r.Orphan(key, sp, cost)
+		}
+		l.stats.fallbackAllowed.Add(1)
+	} else {
+		if res.RetryAfter == 0 {
+			res.RetryAfter = l.r.SyncInterval()
+		}
+		l.stats.fallbackDenied.Add(1)
+	}
+	return res
+}

@@ -1,0 +1,328 @@
+// Package hybrid is a token-bucket rate limiter whose limits hold across a
+// fleet of service instances, answered at in-process speed.
+//
+// Each instance keeps shadow buckets in memory that answer hot keys with no
+// network hop. A background reconciler settles what they consumed, many keys
+// per round trip, with an authoritative bucket per key in Redis, changed only
+// by Lua scripts with Redis TIME as the clock. When Redis fails, a circuit
+// breaker drops the limiter to a local fallback mode, and the consumption of
+// the outage is settled when Redis is back.
+//
+// A limit is a rate, a burst and a settlement mode:
+//
+//   - Lease (the default) reserves allowance in Redis before it is spent
+//     here: the fleet never admits more than the global bucket holds.
+//   - Optimistic spends a local budget first and charges Redis at the next
+//     round: no wait on a cold key, a bounded overshoot (docs/accuracy.md).
+//   - Exact asks Redis for every decision: one script call each.
+//
+// A denial is a Result, not an error. Errors are for misuse (an invalid
+// limit, a cost above the burst, an empty or oversized key) and for a closed
+// Limiter.
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// Mode is how a limit is settled with Redis: Lease, Optimistic or Exact.
+type Mode = reconcile.Mode
+
+// The settlement modes.
+const (
+	// Lease reserves allowance in Redis before it is spent: exact for the
+	// fleet, with a round trip on a key's first request.
+	Lease = reconcile.Lease
+	// Optimistic spends first and settles at the next round: no wait, a
+	// bounded overshoot.
+	Optimistic = reconcile.Optimistic
+	// Exact makes one Redis script call per decision.
+	Exact = reconcile.Exact
+)
+
+// Limit is a token-bucket limit: Rate tokens per second refill a bucket that
+// holds at most Burst tokens, settled in Mode. Rate is at least 1e-6 and at
+// most 1e9; Burst is at least 1 and at most 1e9.
+type Limit struct {
+	Rate  float64
+	Burst int64
+	Mode  Mode
+}
+
+// Errors. A denial is not an error.
+var (
+	// ErrClosed is returned by a Limiter after Close.
+	ErrClosed = errors.New("hybrid: limiter closed")
+	// ErrInvalidLimit, ErrInvalidCost and ErrInvalidKey report misuse,
+	// before any state is touched. They are the same values as in the
+	// packages global and local.
+	ErrInvalidLimit = limit.ErrInvalidLimit
+	ErrInvalidCost  = limit.ErrInvalidCost
+	ErrInvalidKey   = limit.ErrInvalidKey
+	// ErrWouldWait is returned by Wait when the context's deadline comes
+	// before the tokens could.
+	ErrWouldWait = errors.New("hybrid: wait would exceed the context deadline")
+)
+
+// Config configures a Limiter. A zero field means its documented default, so
+// the zero Config is ready to use.
+type Config struct {
+	// Prefix starts every Redis key. "" means "hybrid".
+	Prefix string
+	// SyncInterval is the time between two settlement rounds. 0 means 100ms.
+	SyncInterval time.Duration
+	// LocalCapacity bounds, in tokens, what one instance holds for one key
+	// without asking Redis: its lease in Lease mode, its budget in Optimistic
+	// mode. It trades Redis load (about one command per LocalCapacity
+	// tokens on a hot key) against how much of a limit one instance can
+	// hold. 0 means 1000.
+	LocalCapacity int64
+	// MaxKeys bounds the keys tracked in memory; the least recently used
+	// are settled and dropped. 0 means 100000.
+	MaxKeys int
+	// ColdWait bounds how long a request waits for Redis on a key this
+	// instance holds nothing for; past it the fallback policy answers.
+	// 0 means the breaker's call timeout (50ms).
+	ColdWait time.Duration
+	// Instances is the fleet size for LocalShare. 0 means the live count
+	// from the instances' heartbeats through Redis.
+	Instances int
+	// InstanceID names this instance in the heartbeats. "" means random.
+	InstanceID string
+	// Fallback decides while Redis is unreachable. The zero value is
+	// LocalShare.
+	Fallback Fallback
+	// Breaker configures the circuit breaker around the Redis calls.
+	Breaker breaker.Config
+}
+
+// Limiter is a fleet-wide rate limiter. It is safe for concurrent use.
+// Create one with New and stop it with Close.
+type Limiter struct {
+	g     *global.Limiter
+	r     *reconcile.Reconciler
+	keys  *local.Store[reconcile.State]
+	clock local.Clock
+	fb    Fallback
+	stats counters
+
+	mu    sync.Mutex // protects specs
+	specs map[Limit]*reconcile.Spec
+}
+
+// New returns a Limiter that keeps its global buckets in rdb (a standalone
+// Redis, Sentinel or Redis Cluster client) and starts its reconciler.
+func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
+	g, err := global.New(rdb, global.Config{Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	if err := cfg.Fallback.check(); err != nil {
+		return nil, err
+	}
+	r, err := reconcile.New(g, reconcile.Config{
+		SyncInterval:  cfg.SyncInterval,
+		LocalCapacity: cfg.LocalCapacity,
+		MaxKeys:       cfg.MaxKeys,
+		ColdWait:      cfg.ColdWait,
+		Instances:     cfg.Instances,
+		InstanceID:    cfg.InstanceID,
+		Breaker:       cfg.Breaker,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	return &Limiter{
+		g:     g,
+		r:     r,
+		keys:  r.Keys(),
+		clock: r.Clock(),
+		fb:    cfg.Fallback,
+		specs: make(map[Limit]*reconcile.Spec),
+	}, nil
+}
+
+// Allow reports whether one token may be taken for key under lim now. It is
+// AllowN(ctx, key, lim, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Result, error) {
+	return l.AllowN(ctx, key, lim, 1)
+}
+
+// AllowN decides whether n tokens may be taken for key under lim now, and
+// takes them if so. On a key this instance holds allowance for, it reads no
+// clock, takes no lock and allocates nothing. On a key it holds nothing for,
+// it may wait for Redis (at most Config.ColdWait, and not past ctx).
+//
+// A changed lim for a key takes effect at once. A denial is a Result with
+// Allowed false; errors are for an invalid key, limit or cost, a done ctx
+// and a closed Limiter.
+func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
+	res, _, err := l.decide(ctx, key, lim, n)
+	return res, err
+}
+
+// decide is AllowN that also returns the entry the decision was made on.
+func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64) (Result, *reconcile.Entry, error) {
+	if e := l.keys.Get(key); e != nil {
+		if sp := e.X.Spec(); sp != nil && sp.Mode != Exact && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
+			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
+				if sp.Mode == Lease || e.Pending.Add(n*local.Micro) {
+					return l.allowed(e, sp, lim, left, SourceLocal), e, nil
+				}
+				// The entry left the store between the two: its budget was
+				// spent, the consumption must still be charged.
+				l.r.Orphan(key, sp, n*local.Micro)
+				return l.allowed(e, sp, lim, left, SourceLocal), nil, nil
+			}
+		}
+	}
+	return l.slow(ctx, key, lim, n)
+}
+
+// slow is the path of a key without enough allowance, a new key, a changed
+// limit, an Exact limit, or fallback mode.
+func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64) (Result, *reconcile.Entry, error) {
+	if err := limit.CheckKey(key); err != nil {
+		return Result{}, nil, fmt.Errorf("hybrid: %w", err)
+	}
+	sp, err := l.spec(lim)
+	if err != nil {
+		return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
+	}
+	cost, err := sp.Limit.Cost(n)
+	if err != nil {
+		return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
+	}
+	if l.r.Closed() {
+		return Result{}, nil, ErrClosed
+	}
+	for range 3 { // an entry may be retired under us: look the key up again
+		e, _ := l.keys.GetOrAdd(key)
+		if e.X.Spec() != sp {
+			l.setSpec(e, sp)
+		}
+		res, ok, err := l.decideSlow(ctx, e, sp, lim, cost)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if ok {
+			return res, e, nil
+		}
+	}
+	// The store is churning faster than this key can keep an entry.
+	res := l.fallback(nil, sp, lim, cost, key)
+	return res, nil, nil
+}
+
+// decideSlow decides for e. ok is false if e was retired meanwhile.
+func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (res Result, ok bool, err error) {
+	if e.Retired() {
+		return Result{}, false, nil
+	}
+	if sp.Mode == Exact {
+		return l.exact(ctx, e, sp, lim, cost)
+	}
+	if left, ok := e.Allowance.SpendLeft(cost); ok {
+		if sp.Mode == Optimistic && !e.Pending.Add(cost) {
+			l.r.Orphan(e.Key(), sp, cost)
+		}
+		return l.allowed(e, sp, lim, left, SourceLocal), true, nil
+	}
+	if l.r.Degraded() {
+		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+	}
+	now := l.clock.Now()
+	v := e.View()
+	fresh := v.Seen != 0 && v.Age(now) <= 2*l.r.SyncInterval()
+	if sp.Mode == Optimistic || fresh && v.Tokens < cost {
+		// The fleet's bucket was empty at the last round (lease), or this
+		// instance spent its budget (optimistic): deny here.
+		if sp.Mode == Lease {
+			l.r.Starved(e)
+		}
+		l.stats.localDenied.Add(1)
+		return l.denied(sp, lim, cost, v, now, SourceLocal), true, nil
+	}
+	// Lease, and Redis may have tokens: fetch them.
+	if err := l.r.Fetch(ctx, e, cost); err != nil {
+		if ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+		if errors.Is(err, reconcile.ErrClosed) {
+			return Result{}, false, ErrClosed
+		}
+		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+	}
+	l.stats.fetched.Add(1)
+	if left, ok := e.Allowance.SpendLeft(cost); ok {
+		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+	}
+	if e.Retired() {
+		return Result{}, false, nil
+	}
+	l.r.Starved(e)
+	l.stats.redisDenied.Add(1)
+	now = l.clock.Now()
+	return l.denied(sp, lim, cost, e.View(), now, SourceRedis), true, nil
+}
+
+// spec returns the interned spec of lim, validating it the first time.
+func (l *Limiter) spec(lim Limit) (*reconcile.Spec, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sp, ok := l.specs[lim]; ok {
+		return sp, nil
+	}
+	sp, err := reconcile.NewSpec(lim.Rate, lim.Burst, lim.Mode)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.specs) >= maxSpecs { // a caller minting limits: do not grow forever
+		clear(l.specs)
+	}
+	l.specs[lim] = sp
+	return sp, nil
+}
+
+// maxSpecs bounds the interned specs.
+const maxSpecs = 4096
+
+// setSpec gives e its spec: a new key starts with its optimistic budget; a
+// key whose limit changed gives its lease back at the next round.
+func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
+	old := e.X.Spec()
+	e.X.SetSpec(sp)
+	switch {
+	case old == nil && sp.Mode == Optimistic:
+		e.Allowance.Add(l.r.Budget(sp, sp.Limit.Burst))
+	case old != nil && old.Mode == Lease && (sp.Mode != Lease || old.Limit != sp.Limit):
+		if back := e.Allowance.TakeAll(); back > 0 {
+			l.r.Return(e.Key(), old, back)
+		}
+		if sp.Mode == Optimistic {
+			e.Allowance.Add(l.r.Budget(sp, max(e.View().Tokens, 0)))
+		}
+	}
+}
+
+// Close stops the reconciler, waits for it, and settles every key for the
+// last time within ctx: leases go back, consumption is charged. Decisions
+// after Close return ErrClosed. Close is idempotent.
+func (l *Limiter) Close(ctx context.Context) error {
+	if err := l.r.Close(ctx); err != nil {
+		return fmt.Errorf("hybrid: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+// Package reconcile settles the shadow buckets of one limiter instance with
+// the authoritative buckets in Redis. It owns the limiter's only background
+// goroutine: every SyncInterval, and early when a hot key's allowance runs
+// dry, it settles every key touched since the last round in one pipelined
+// round trip per Redis node, and applies the answers to the shadow buckets.
+// It also fetches cold keys (concurrent first requests share one fetch),
+// counts the live instances of the fleet through Redis heartbeats, and keeps
+// the circuit breaker that decides when the limiter falls back to local mode.
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/local"
+)
+
+// Store is the Redis side, as the reconciler uses it. *global.Limiter
+// implements it.
+type Store interface {
+	Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error
+	Heartbeat(ctx context.Context, id string, ttl time.Duration) (live int, now time.Time, err error)
+	Leave(ctx context.Context, id string, ttl time.Duration) (live int, err error)
+}
+
+// Defaults of Config.
+const (
+	DefaultSyncInterval      = 100 * time.Millisecond
+	DefaultLocalCapacity     = 1000
+	DefaultHeartbeatInterval = time.Second
+)
+
+// Config configures a Reconciler. A zero field means its documented default.
+type Config struct {
+	// SyncInterval is the time between two settlement rounds. A round also
+	// starts early when a key's allowance runs dry, but never sooner than
+	// SyncInterval/4 after the previous one. 0 means 100ms.
+	SyncInterval time.Duration
+	// LocalCapacity bounds, in tokens, the allowance one instance holds for
+	// one key: in lease mode what it reserves ahead, in optimistic mode the
+	// budget it may spend before it settles. 0 means 1000.
+	LocalCapacity int64
+	// MaxKeys bounds the keys tracked. 0 means local.DefaultCapacity.
+	MaxKeys int
+	// ColdWait bounds how long a request waits for the fetch of a key this
+	// instance holds nothing for. 0 means the breaker's call timeout.
+	ColdWait time.Duration
+	// Instances is the fleet size used to share a limit while Redis is
+	// unreachable. 0 means the live count from the heartbeats.
+	Instances int
+	// InstanceID names this instance in the heartbeats. "" means random.
+	InstanceID string
+	// HeartbeatInterval is the time between two heartbeats; an instance
+	// not heard from for three of them is no longer counted. 0 means 1s.
+	HeartbeatInterval time.Duration
+	// Breaker configures the circuit breaker around the Redis calls. Its
+	// OnStateChange, if set, is called after the reconciler's own.
+	Breaker breaker.Config
+}
+
+// ErrClosed is returned by a closed Reconciler.
+var ErrClosed = errors.New("reconcile: closed")
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("reconcile: invalid config")
+
+// Reconciler settles one instance's shadow buckets with Redis. It is safe for
+// concurrent use. Create one with New; Close stops its goroutine.
+type Reconciler struct {
+	st    Store
+	keys  *local.Store[State]
+	br    *breaker.Breaker
+	clock local.Clock
+	cfg   Config
+	lc    int64 // LocalCapacity in micro-tokens
+	gap   time.Duration
+
+	degraded atomic.Bool  // the breaker is not closed: decide locally
+	live     atomic.Int64 // fleet size for the fallback share
+	early    chan struct{}
+	flights  singleflight.Group
+	stats    counters
+
+	mu      sync.Mutex // protects orphans and closed
+	orphans map[string]orphan
+	closed  bool
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup // the loop and cold fetches
+
+	// Owned by the loop goroutine (and Close, once the loop is gone).
+	batch   []*Entry
+	held    []*Entry
+	sets    []global.Settlement
+	owners  []owner // owners[i] is whose sets[i] is
+	replies []global.Reply
+}
+
+// orphan is what a key that left the store still owes Redis, or Redis owes
+// it: consumption to charge and allowance to give back.
+type orphan struct {
+	spec               *Spec
+	consumed, returned int64
+}
+
+// New returns a Reconciler for st and starts its goroutine. The shadow
+// buckets it settles are in Keys.
+func New(st Store, cfg Config) (*Reconciler, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrConfig)
+	}
+	if cfg.SyncInterval < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("%w: negative field in %+v", ErrConfig, cfg)
+	}
+	if cfg.SyncInterval == 0 {
+		cfg.SyncInterval = DefaultSyncInterval
+	}
+	if cfg.LocalCapacity == 0 {
+		cfg.LocalCapacity = DefaultLocalCapacity
+	}
+	if cfg.LocalCapacity > 1<<31 {
+		return nil, fmt.Errorf("%w: LocalCapacity %d above 2^31", ErrConfig, cfg.LocalCapacity)
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.ColdWait == 0 {
+		cfg.ColdWait = cfg.Breaker.CallTimeout
+		if cfg.ColdWait == 0 {
+			cfg.ColdWait = breaker.DefaultCallTimeout
+		}
+	}
+	if cfg.InstanceID == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		cfg.InstanceID = hex.EncodeToString(b[:])
+	}
+	r := &Reconciler{
+		st:      st,
+		clock:   local.NewClock(),
+		cfg:     cfg,
+		lc:      cfg.LocalCapacity * local.Micro,
+		gap:     cfg.SyncInterval / 4,
+		early:   make(chan struct{}, 1),
+		orphans: make(map[string]orphan),
+	}
+	keys, err := local.New(local.Config[State]{Capacity: cfg.MaxKeys, OnEvict: r.handOff, TrackTouched: true})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	r.keys = keys
+	bc := cfg.Breaker
+	user := bc.OnStateChange
+	bc.OnStateChange = func(from, to breaker.State) {
+		r.degraded.Store(to != breaker.Closed)
+		r.stats.transitions.Add(1)
+		if user != nil {
+			user(from, to)
+		}
+	}
+	if r.br, err = breaker.New(bc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	r.live.Store(int64(max(cfg.Instances, 1)))
+	ctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	r.wg.Go(func() { r.loop(ctx) })
+	return r, nil
+}
+
+// Keys returns the shadow buckets.
+func (r *Reconciler) Keys() *local.Store[State] { return r.keys }
+
+// Clock returns the clock the shadow buckets' times are read from.
+func (r *Reconciler) Clock() local.Clock { return r.clock }
+
+// Degraded reports whether the breaker is open or probing: decisions that
+// need Redis are then made locally, by the fallback policy.
+func (r *Reconciler) Degraded() bool { return r.degraded.Load() }
+
+// Instances returns the fleet size used to share limits in fallback mode:
+// Config.Instances if set, else the live count from the last heartbeat, at
+// least 1.
+func (r *Reconciler) Instances() int64 { return r.live.Load() }
+
+// Breaker returns the circuit breaker around the Redis calls.
+func (r *Reconciler) Breaker() *breaker.Breaker { return r.br }
+
+// SyncInterval returns the time between two rounds.
+func (r *Reconciler) SyncInterval() time.Duration { return r.cfg.SyncInterval }
+
+// LocalCapacity returns the most allowance one key holds, in micro-tokens.
+func (r *Reconciler) LocalCapacity() int64 { return r.lc }
+
+// Starved records that e's allowance could not pay for a request. The first
+// time since the last round it asks for an early round. It never blocks.
+func (r *Reconciler) Starved(e *Entry) {
+	if e.X.starve() {
+		select {
+		case r.early <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Fetch settles e's key alone, now, for a request of cost micro-tokens:
+// it charges what e consumed unsettled, and in lease mode asks for allowance
+// (at least cost, or nothing). Concurrent fetches of one key share one round
+// trip. It waits at most Config.ColdWait (and no longer than ctx); an error
+// means the caller should decide by the fallback policy.
+func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
+	ch := make(chan error, 1)
+	if !r.goOwned(func() {
+		_, err, _ := r.flights.Do(e.Key(), func() (any, error) { return nil, r.fetch(e, cost) })
+		ch <- err
+	}) {
+		return ErrClosed
+	}
+	t := time.NewTimer(r.cfg.ColdWait)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-t.C:
+		r.stats.fetchTimeouts.Add(1)
+		return fmt.Errorf("reconcile: fetch %q: no answer within %v", e.Key(), r.cfg.ColdWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// goOwned runs f on a goroutine that Close waits for. It reports false,
+// running nothing, once the Reconciler is closed. Such goroutines only make
+// calls bounded by the breaker's call timeout.
+func (r *Reconciler) goOwned(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(f)
+	return true
+}
+
+// Closed reports whether Close was called.
+func (r *Reconciler) Closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Orphan records consumption of cost micro-tokens for a key whose entry
+// could not take it (it left the store): it is charged at the next round.
+func (r *Reconciler) Orphan(key string, sp *Spec, cost int64) { r.addOrphan(key, sp, cost, 0) }
+
+// Return gives n micro-tokens back to the global bucket of key at the next
+// round: a lease let go, or a charge refunded.
+func (r *Reconciler) Return(key string, sp *Spec, n int64) { r.addOrphan(key, sp, 0, n) }

@@ -1,0 +1,354 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
+)
+
+// loop is the reconciler's goroutine: rounds on the ticker and, no sooner
+// than gap after the previous round, when a key starves; heartbeats on their
+// own ticker. It returns when ctx ends.
+func (r *Reconciler) loop(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.SyncInterval)
+	defer tick.Stop()
+	beat := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer beat.Stop()
+	soon := time.NewTimer(r.cfg.SyncInterval)
+	soon.Stop()
+	defer soon.Stop()
+	waiting := false // soon is set
+	last := r.clock.Now()
+	r.heartbeat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			r.heartbeat(ctx)
+			continue
+		case <-tick.C:
+		case <-r.early:
+			if wait := r.gap - (r.clock.Now() - last); wait > 0 {
+				if !waiting {
+					waiting = true
+					soon.Reset(wait)
+				}
+				continue
+			}
+		case <-soon.C:
+			waiting = false
+		}
+		r.round(ctx)
+		last = r.clock.Now()
+	}
+}
+
+// heartbeat tells Redis this instance is alive and learns how many are.
+func (r *Reconciler) heartbeat(ctx context.Context) {
+	var live int
+	err := r.br.Do(ctx, func(ctx context.Context) error {
+		var err error
+		live, _, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		return err
+	})
+	if err != nil {
+		r.stats.heartbeatErrors.Add(1)
+		return
+	}
+	if r.cfg.Instances == 0 {
+		r.live.Store(int64(max(live, 1)))
+	}
+}
+
+// round settles every key touched since the last round, every key that
+// still holds allowance or unsettled consumption, and every orphan, in one
+// pipelined round trip.
+func (r *Reconciler) round(ctx context.Context) {
+	r.batch = r.keys.Tick(r.batch[:0])
+	touched := len(r.batch)
+	for _, e := range r.batch {
+		e.X.setQueued()
+	}
+	for _, e := range r.held {
+		if e.X.setQueued() { // held, not touched: not in the batch yet
+			r.batch = append(r.batch, e)
+		}
+	}
+	clear(r.held)
+	r.held = r.held[:0]
+
+	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	for i, e := range r.batch {
+		e.X.clearQueued()
+		sp := e.X.Spec()
+		if sp == nil || e.Retired() { // a retired entry's dues are an orphan now
+			continue
+		}
+		if s, ok := r.settlement(e, sp, i < touched); ok {
+			r.sets = append(r.sets, s)
+			r.owners = append(r.owners, owner{e, sp})
+		}
+	}
+	clear(r.batch)
+	r.takeOrphans()
+	if len(r.sets) == 0 {
+		return
+	}
+	if cap(r.replies) < len(r.sets) {
+		r.replies = make([]global.Reply, len(r.sets))
+	}
+	replies := r.replies[:len(r.sets)]
+	start := r.clock.Now()
+	err := r.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, r.sets, replies) })
+	now := r.clock.Now()
+	r.stats.rounds.Add(1)
+	r.stats.lastRound.Store(int64(now - start))
+	for i := range r.sets {
+		rerr := err
+		if rerr == nil {
+			rerr = replies[i].Err
+		}
+		if rerr != nil {
+			r.restore(&r.sets[i], r.owners[i], true)
+		} else if r.apply(&r.sets[i], r.owners[i], &replies[i], now) {
+			r.hold(r.owners[i].e)
+		}
+	}
+	if err != nil {
+		r.stats.roundErrors.Add(1)
+	}
+	clear(r.owners)
+	clear(replies)
+}
+
+// owner is whose a settlement is: an entry, or nobody for an orphan, and the
+// spec it is settled under.
+type owner struct {
+	e  *Entry
+	sp *Spec
+}
+
+// settlement computes what e settles this round: its unsettled consumption
+// and, in lease mode, the allowance to give back (all of it for a key not
+// touched since the last round) or to ask for. It takes the amounts out of
+// e; restore puts them back if the round fails. ok is false when there is
+// nothing to settle.
+func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
+	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll()}
+	if sp.Mode == Lease {
+		switch bal := e.Allowance.Load(); {
+		case !touched:
+			s.Returned = e.Allowance.TakeAll()
+			e.X.clearStarved()
+		default:
+			tgt := r.resize(e, sp, bal)
+			if bal > tgt {
+				s.Returned = e.Allowance.TakeUpTo(bal - tgt)
+			} else {
+				s.Want = tgt - bal
+			}
+		}
+	}
+	return s, s.Consumed > 0 || s.Returned > 0 || s.Want > 0
+}
+
+// resize adapts the allowance e keeps in lease mode to its use: double it if
+// a spend failed since the last round, halve it if less than half of it was
+// used; within [one token, min(LocalCapacity, burst)]. It returns it in
+// micro-tokens.
+func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64) int64 {
+	t := r.target(e, sp)
+	if e.X.clearStarved() {
+		t *= 2
+	} else if bal > t/2 {
+		t /= 2
+	}
+	t = min(max(t, local.Micro), r.maxLease(sp))
+	e.X.target.Store(uint32(t / local.Micro))
+	return t
+}
+
+// target returns the allowance e keeps in lease mode, in micro-tokens: its
+// last size, or for a key never sized a quarter of its fair share of the
+// burst.
+func (r *Reconciler) target(e *Entry, sp *Spec) int64 {
+	if t := int64(e.X.target.Load()) * local.Micro; t > 0 {
+		return t
+	}
+	t := sp.Limit.Burst / (4 * r.live.Load())
+	return min(max(t-t%local.Micro, local.Micro), r.maxLease(sp))
+}
+
+// maxLease is the most allowance a key holds.
+func (r *Reconciler) maxLease(sp *Spec) int64 { return min(r.lc, sp.Limit.Burst) }
+
+// Budget returns the optimistic budget of a key whose global bucket held
+// tokens micro-tokens: its share of what the bucket holds and of what it
+// refills over one interval, within LocalCapacity and the burst.
+func (r *Reconciler) Budget(sp *Spec, tokens int64) int64 {
+	n := r.live.Load()
+	refill, _ := limit.Refill(r.cfg.SyncInterval, sp.Limit.Rate, 0)
+	return min(max(tokens, 0)/n+refill/n, r.lc, sp.Limit.Burst)
+}
+
+// restore puts back what a failed settlement took out of its entry, or
+// keeps it as an orphan if there is no entry or it has left the store. With
+// hold the entry is kept for the next round.
+func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool) {
+	r.stats.keyErrors.Add(1)
+	consumed, returned := s.Consumed, s.Returned
+	if o.e != nil {
+		if consumed > 0 && o.e.Pending.Add(consumed) {
+			consumed = 0
+		}
+		if returned > 0 && o.e.Allowance.Add(returned) {
+			returned = 0
+		}
+		if hold {
+			r.hold(o.e)
+		}
+	}
+	if consumed > 0 || returned > 0 {
+		r.addOrphan(s.Key, o.sp, consumed, returned)
+	}
+}
+
+// apply applies a settlement's reply to its entry and reports whether the
+// entry still holds something to settle next round: a lease's allowance or
+// unsettled consumption.
+func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now time.Duration) bool {
+	r.stats.keysSettled.Add(1)
+	e, sp := o.e, o.sp
+	if e == nil {
+		return false
+	}
+	switch sp.Mode {
+	case Lease:
+		if rep.Granted > 0 && !e.Allowance.Add(rep.Granted) { // the entry left meanwhile
+			r.addOrphan(s.Key, sp, 0, rep.Granted)
+		}
+	case Optimistic:
+		e.Allowance.Set(r.Budget(sp, rep.Tokens))
+	}
+	e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
+	return sp.Mode == Lease && e.Allowance.Load() > 0 || e.Pending.Load() > 0
+}
+
+// hold keeps e for the next round.
+func (r *Reconciler) hold(e *Entry) { r.held = append(r.held, e) }
+
+// handOff receives every entry that leaves the store, with its unspent
+// allowance and unsettled consumption. A lease's allowance was reserved in
+// Redis and goes back; an optimistic budget was not and is dropped.
+func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
+	sp := e.X.Spec()
+	if sp == nil || sp.Mode != Lease {
+		unused = 0
+	}
+	if unused > 0 || pending > 0 {
+		r.addOrphan(e.Key(), sp, pending, unused)
+	}
+	r.stats.evicted.Add(1)
+}
+
+// addOrphan records what a key without an entry owes or is owed.
+func (r *Reconciler) addOrphan(key string, sp *Spec, consumed, returned int64) {
+	if sp == nil {
+		return // never used: it owes nothing
+	}
+	r.mu.Lock()
+	o := r.orphans[key]
+	o.spec = sp
+	o.consumed += consumed
+	o.returned += returned
+	r.orphans[key] = o
+	r.mu.Unlock()
+}
+
+// takeOrphans moves the orphans into the batch.
+func (r *Reconciler) takeOrphans() {
+	r.mu.Lock()
+	for key, o := range r.orphans {
+		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Consumed: o.consumed, Returned: o.returned})
+		r.owners = append(r.owners, owner{sp: o.spec})
+		delete(r.orphans, key)
+	}
+	r.mu.Unlock()
+}
+
+// fetch settles e alone for a request of cost micro-tokens.
+func (r *Reconciler) fetch(e *Entry, cost int64) error {
+	r.stats.fetches.Add(1)
+	sp := e.X.Spec()
+	if sp == nil || e.Retired() {
+		return fmt.Errorf("reconcile: fetch %q: entry gone", e.Key())
+	}
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll()}
+	if sp.Mode == Lease {
+		if bal := e.Allowance.Load(); bal < cost {
+			s.Want = max(r.target(e, sp), cost) - bal
+			s.MinGrant = cost - bal
+		}
+	}
+	sets := [1]global.Settlement{s}
+	var replies [1]global.Reply
+	err := r.br.Do(context.Background(), func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
+	if err == nil {
+		err = replies[0].Err
+	}
+	if err != nil {
+		r.stats.fetchErrors.Add(1)
+		r.restore(&sets[0], owner{e, sp}, false)
+		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
+	}
+	r.apply(&sets[0], owner{e, sp}, &replies[0], r.clock.Now())
+	return nil
+}
+
+// Close stops the goroutine, waits for it and for every fetch under way,
+// then settles every key for the last time: unspent leases go back and
+// unsettled consumption is charged, within ctx. It removes this instance
+// from the fleet count. It returns an error if something could not be
+// settled. Close is idempotent: later calls return nil.
+func (r *Reconciler) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.stop()
+	r.wg.Wait()
+
+	r.keys.Drain() // every entry's dues become an orphan
+	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	r.takeOrphans()
+	var errs []error
+	if len(r.sets) > 0 {
+		replies := make([]global.Reply, len(r.sets))
+		err := r.st.Settle(ctx, r.sets, replies)
+		failed := 0
+		for i := range replies {
+			if replies[i].Err != nil {
+				failed++
+				if err == nil {
+					err = replies[i].Err
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reconcile: close: %d of %d keys not settled: %w", failed, len(r.sets), err))
+		}
+	}
+	if _, err := r.st.Leave(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval); err != nil {
+		errs = append(errs, fmt.Errorf("reconcile: close: leave the fleet: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,101 @@
+package reconcile
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/hybridlimit/hybrid/local"
+)
+
+// Mode is how a key's consumption is settled with Redis.
+type Mode uint8
+
+// The settlement modes.
+const (
+	// Lease reserves allowance in Redis before it is spent here, so the
+	// fleet never admits more than the global bucket holds.
+	Lease Mode = iota
+	// Optimistic spends a local budget first and charges Redis at the next
+	// round: no wait on a cold key, a bounded overshoot.
+	Optimistic
+	// Exact asks Redis for every decision: one script call each.
+	Exact
+)
+
+// String returns "lease", "optimistic" or "exact".
+func (m Mode) String() string {
+	switch m {
+	case Lease:
+		return "lease"
+	case Optimistic:
+		return "optimistic"
+	case Exact:
+		return "exact"
+	}
+	return fmt.Sprintf("reconcile.Mode(%d)", m)
+}
+
+// Spec is a key's limit as it is settled: the bucket in micro-tokens and the
+// mode. Specs are immutable once made; the owner interns them so that an
+// unchanged limit is the same pointer.
+type Spec struct {
+	Limit local.Limit
+	Mode  Mode
+	// Rate is the rate as the caller gave it, in tokens per second, before
+	// rounding to micro-tokens: what a caller's limit is compared with.
+	Rate float64
+}
+
+// NewSpec validates a limit of rate tokens per second and burst tokens and
+// returns its spec in mode m.
+func NewSpec(rate float64, burst int64, m Mode) (*Spec, error) {
+	if m > Exact {
+		return nil, fmt.Errorf("%w: mode %v", local.ErrInvalidLimit, m)
+	}
+	lim, err := local.NewLimit(rate, burst)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{Limit: lim, Mode: m, Rate: rate}, nil
+}
+
+// Is reports whether sp is the spec of rate, burst and m.
+func (sp *Spec) Is(rate float64, burst int64, m Mode) bool {
+	return sp.Rate == rate && sp.Limit.Burst == burst*local.Micro && sp.Mode == m
+}
+
+// Entry is a shadow bucket with the reconciler's state.
+type Entry = local.Entry[State]
+
+// State is the reconciler's part of a shadow bucket. The zero State has no
+// spec; the owner sets one with SetSpec before the entry is used.
+type State struct {
+	spec   atomic.Pointer[Spec]
+	target atomic.Uint32 // lease: whole tokens of allowance to keep; 0 until first sized
+	flags  atomic.Uint32
+}
+
+// Flags of State.
+const (
+	flagStarved uint32 = 1 << iota // a spend failed since the last round
+	flagQueued                     // in the next round's batch already
+)
+
+// Spec returns the key's spec, nil before SetSpec.
+func (s *State) Spec() *Spec { return s.spec.Load() }
+
+// SetSpec sets the key's spec; a changed limit takes effect at once.
+func (s *State) SetSpec(sp *Spec) { s.spec.Store(sp) }
+
+// starve records that a spend failed, and reports whether this is the
+// first since the last round.
+func (s *State) starve() bool { return s.flags.Or(flagStarved)&flagStarved == 0 }
+
+// clearStarved clears the starved flag and reports whether it was set.
+func (s *State) clearStarved() bool { return s.flags.And(^flagStarved)&flagStarved != 0 }
+
+// setQueued sets the queued flag and reports whether it was clear.
+func (s *State) setQueued() bool { return s.flags.Or(flagQueued)&flagQueued == 0 }
+
+// clearQueued clears the queued flag.
+func (s *State) clearQueued() { s.flags.And(^flagQueued) }

@@ -1,0 +1,291 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// Source is where a decision came from.
+type Source uint8
+
+// The sources of a decision.
+const (
+	// SourceLocal: this instance's allowance or its last view of the
+	// global bucket, with no round trip.
+	SourceLocal Source = iota
+	// SourceRedis: a round trip to Redis made for this request.
+	SourceRedis
+	// SourceFallback: the fallback policy, while Redis is unreachable.
+	SourceFallback
+)
+
+// String returns "local", "redis" or "fallback".
+func (s Source) String() string {
+	switch s {
+	case SourceLocal:
+		return "local"
+	case SourceRedis:
+		return "redis"
+	case SourceFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("hybrid.Source(%d)", s)
+}
+
+// Result is a decision. Remaining, RetryAfter and ResetAfter describe the
+// global bucket as this instance knows it: its own allowance plus what Redis
+// held at the last settlement (Seen); other instances may have spent since.
+type Result struct {
+	// Allowed reports whether the tokens were taken.
+	Allowed bool
+	// Remaining is the whole tokens left, as far as this instance knows.
+	Remaining int64
+	// RetryAfter is zero if Allowed, else an estimate of how long until a
+	// retry may succeed.
+	RetryAfter time.Duration
+	// ResetAfter estimates how long until the bucket is full.
+	ResetAfter time.Duration
+	// Limit is the limit the decision was made against.
+	Limit Limit
+	// Source is where the decision came from.
+	Source Source
+	// Seen is when the view of the global bucket behind the decision came
+	// from Redis; the zero Time if there was none.
+	Seen time.Time
+}
+
+// Age returns how old the view of the global bucket behind r is: zero if
+// there was none.
+func (r Result) Age() time.Duration {
+	if r.Seen.IsZero() {
+		return 0
+	}
+	return time.Since(r.Seen)
+}
+
+// allowed is the Result of tokens taken from e's allowance, which holds left
+// micro-tokens after them. It reads no clock.
+func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64, src Source) Result {
+	v := e.View()
+	rem := left
+	if sp.Mode == Lease {
+		rem += max(v.Tokens, 0) // the global bucket as last seen, besides our lease
+	} else {
+		rem = max(v.Tokens, rem) // our budget is part of the global bucket
+	}
+	rem = min(rem, sp.Limit.Burst)
+	res := Result{
+		Allowed:    true,
+		Remaining:  rem / local.Micro,
+		ResetAfter: limit.DurationFor(sp.Limit.Burst-rem, sp.Limit.Rate),
+		Limit:      lim,
+		Source:     src,
+	}
+	if v.Seen != 0 {
+		res.Seen = l.clock.Time(v.Seen)
+	}
+	return res
+}
+
+// denied is the Result of a request for cost micro-tokens refused on the
+// view v of the global bucket, at now.
+func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View, now time.Duration, src Source) Result {
+	tokens := v.Tokens
+	if v.Seen == 0 {
+		tokens = 0
+	}
+	// The bucket refills from what it held when seen; other instances take
+	// their part too, so never promise sooner than the next round.
+	wait := limit.DurationFor(cost-tokens, sp.Limit.Rate) - v.Age(now)
+	res := Result{
+		Remaining:  max(tokens, 0) / local.Micro,
+		RetryAfter: max(wait, l.r.SyncInterval()/4),
+		ResetAfter: limit.DurationFor(sp.Limit.Burst-tokens, sp.Limit.Rate),
+		Limit:      lim,
+		Source:     src,
+	}
+	if v.Seen != 0 {
+		res.Seen = l.clock.Time(v.Seen)
+	}
+	return res
+}
+
+// exact decides an Exact limit with one script call, through the breaker.
+func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
+	if l.r.Degraded() {
+		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+	}
+	var gr global.Result
+	err := l.r.Breaker().Do(ctx, func(ctx context.Context) error {
+		var err error
+		gr, err = l.g.Allow(ctx, e.Key(), global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}, cost/local.Micro)
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && isReply(err) {
+			return breaker.Answered(err) // Redis answered: the connection is fine
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+		l.stats.exactErrors.Add(1)
+		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+	}
+	now := l.clock.Now()
+	tokens := gr.Remaining * local.Micro
+	if gr.Allowed {
+		l.stats.exactAllowed.Add(1)
+	} else {
+		l.stats.exactDenied.Add(1)
+	}
+	e.SetView(local.View{Tokens: tokens, Seen: now})
+	return Result{
+		Allowed:    gr.Allowed,
+		Remaining:  gr.Remaining,
+		RetryAfter: gr.RetryAfter,
+		ResetAfter: gr.ResetAfter,
+		Limit:      lim,
+		Source:     SourceRedis,
+		Seen:       l.clock.Time(now),
+	}, true, nil
+}
+
+// isReply reports whether err is an error reply from Redis (such as
+// WRONGTYPE), as opposed to no reply.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// Wait blocks until one token may be taken for key under lim, and takes it.
+// It is WaitN(ctx, key, lim, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
+	return l.WaitN(ctx, key, lim, 1)
+}
+
+// WaitN blocks until n tokens may be taken for key under lim, and takes them.
+// It returns ctx's error if ctx ends first, and ErrWouldWait at once if ctx's
+// deadline comes before the limiter expects the tokens.
+func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
+	var t *time.Timer
+	for {
+		res, err := l.AllowN(ctx, key, lim, n)
+		if err != nil {
+			return err
+		}
+		if res.Allowed {
+			if t != nil {
+				t.Stop()
+			}
+			return nil
+		}
+		wait := res.RetryAfter
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Reservation is an allowed decision that can be taken back. Create one with
+// Reserve. It is safe for concurrent use.
+type Reservation struct {
+	l      *Limiter
+	key    string
+	e      *reconcile.Entry
+	sp     *reconcile.Spec
+	cost   int64
+	res    Result
+	cancel chan struct{} // closed by the first Cancel
+}
+
+// Reserve is AllowN that returns the decision as a Reservation, so that the
+// tokens of an allowed decision can be given back with Cancel (for a request
+// that was not served after all).
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
+	res, e, err := l.decide(ctx, key, lim, n)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reservation{l: l, key: key, e: e, res: res, cost: n * local.Micro, cancel: make(chan struct{})}
+	if e != nil {
+		r.sp = e.X.Spec()
+	}
+	return r, nil
+}
+
+// OK reports whether the reservation was allowed.
+func (r *Reservation) OK() bool { return r.res.Allowed }
+
+// Result returns the decision.
+func (r *Reservation) Result() Result { return r.res }
+
+// Cancel gives the tokens of an allowed reservation back, in both tiers: to
+// this instance's allowance or local bucket, and through it to Redis, where
+// they were already charged. It does nothing for a denied reservation, or
+// after the first call.
+func (r *Reservation) Cancel() {
+	if !r.res.Allowed {
+		return
+	}
+	select {
+	case <-r.cancel:
+		return
+	default:
+		close(r.cancel)
+	}
+	r.l.refund(r)
+}
+
+// refund gives a reservation's tokens back.
+func (l *Limiter) refund(r *Reservation) {
+	e, sp, cost := r.e, r.sp, r.cost
+	if e == nil || sp == nil {
+		return
+	}
+	switch {
+	case r.res.Source == SourceFallback:
+		// Taken from the local bucket and recorded as consumption.
+		now := l.clock.Now()
+		e.PutAt(now, l.shareOf(sp), cost)
+		l.uncharge(e, sp, cost)
+	case sp.Mode == Exact:
+		l.r.Return(r.key, sp, cost) // charged in Redis by the script call
+	case sp.Mode == Lease:
+		if !e.Allowance.Add(cost) { // leased, so charged: back to Redis
+			l.r.Return(r.key, sp, cost)
+		}
+	case sp.Mode == Optimistic:
+		e.Allowance.Add(cost)
+		l.uncharge(e, sp, cost)
+	}
+	l.stats.refunds.Add(1)
+}
+
+// uncharge takes cost back from e's unsettled consumption, or from Redis
+// if it was settled already.
+func (l *Limiter) uncharge(e *reconcile.Entry, sp *reconcile.Spec, cost int64) {
+	if rest := cost - e.Pending.TakeUpTo(cost); rest > 0 {
+		l.r.Return(e.Key(), sp, rest)
+	}
+}
