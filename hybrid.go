@@ -178,7 +178,13 @@ func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64) (R
 	if e := l.keys.Get(key); e != nil {
 		if sp := e.X.Spec(); sp != nil && sp.Mode != Exact && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
 			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
-				if sp.Mode == Lease || e.Pending.Add(n*local.Micro) {
+				if sp.Mode == Lease {
+					if left < l.r.LowWater(e) {
+						l.r.Starved(e, true) // top it up before it runs dry
+					}
+					return l.allowed(e, sp, lim, left, SourceLocal), e, nil
+				}
+				if e.Pending.Add(n * local.Micro) {
 					return l.allowed(e, sp, lim, left, SourceLocal), e, nil
 				}
 				// The entry left the store between the two: its budget was
@@ -250,7 +256,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		// The fleet's bucket was empty at the last round (lease), or this
 		// instance spent its budget (optimistic): deny here.
 		if sp.Mode == Lease {
-			l.r.Starved(e)
+			l.r.Starved(e, false)
 		}
 		l.stats.localDenied.Add(1)
 		return l.denied(sp, lim, cost, v, now, SourceLocal), true, nil
@@ -272,7 +278,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if e.Retired() {
 		return Result{}, false, nil
 	}
-	l.r.Starved(e)
+	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
 	now = l.clock.Now()
 	return l.denied(sp, lim, cost, e.View(), now, SourceRedis), true, nil
@@ -306,13 +312,13 @@ func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
 	e.X.SetSpec(sp)
 	switch {
 	case old == nil && sp.Mode == Optimistic:
-		e.Allowance.Add(l.r.Budget(sp, sp.Limit.Burst))
+		e.Allowance.Add(l.r.Budget(sp, sp.Limit.Burst, 0, 0))
 	case old != nil && old.Mode == Lease && (sp.Mode != Lease || old.Limit != sp.Limit):
 		if back := e.Allowance.TakeAll(); back > 0 {
 			l.r.Return(e.Key(), old, back)
 		}
 		if sp.Mode == Optimistic {
-			e.Allowance.Add(l.r.Budget(sp, max(e.View().Tokens, 0)))
+			e.Allowance.Add(l.r.Budget(sp, e.View().Tokens, 0, 0))
 		}
 	}
 }

@@ -3,6 +3,8 @@ package hybrid
 import (
 	"sync/atomic"
 
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
 
@@ -62,4 +64,24 @@ func (l *Limiter) Stats() Stats {
 		Degraded:        l.r.Degraded(),
 		Reconcile:       l.r.Stats(),
 	}
+}
+
+// Overshoot returns the most that the fleet may admit beyond B+R*T for lim,
+// in tokens, over any window T, with the fleet size as now counted: 0 for
+// Lease and Exact, and for Optimistic the bound derived in docs/accuracy.md,
+// 2*min(N*Cap, B + R*SyncInterval), where Cap is one instance's budget cap
+// (its share of B and of one interval's refill, at least one token, at most
+// LocalCapacity). It changes when the fleet does.
+func (l *Limiter) Overshoot(lim Limit) int64 {
+	if lim.Mode != Optimistic {
+		return 0
+	}
+	sp, err := l.spec(lim)
+	if err != nil {
+		return 0
+	}
+	n := l.r.Instances()
+	refill, _ := limit.Refill(l.r.SyncInterval(), sp.Limit.Rate, 0)
+	f := min(n*l.r.Cap(sp), sp.Limit.Burst+refill)
+	return (2*f + local.Micro - 1) / local.Micro
 }

@@ -143,7 +143,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Re
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
-	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost).Result()
+	// want == min_grant == cost: all or nothing, with nothing to round.
+	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost, 1).Result()
 	if errors.Is(err, redis.Nil) {
 		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
 	}

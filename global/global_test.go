@@ -269,6 +269,9 @@ func TestSettleInvalid(t *testing.T) {
 		{"consumed 2^53", global.Settlement{Key: "k", Limit: lim, Consumed: 1 << 53}, global.ErrInvalidCost},
 		{"min grant above want", global.Settlement{Key: "k", Limit: lim, Want: M, MinGrant: 2 * M}, global.ErrInvalidCost},
 		{"min grant above burst", global.Settlement{Key: "k", Limit: lim, Want: 20 * M, MinGrant: 11 * M}, global.ErrInvalidCost},
+		{"negative quantum", global.Settlement{Key: "k", Limit: lim, Want: M, Quantum: -1}, global.ErrInvalidCost},
+		{"quantum above burst", global.Settlement{Key: "k", Limit: lim, Want: 20 * M, Quantum: 10*M + 1}, global.ErrInvalidCost},
+		{"min grant above want in quanta", global.Settlement{Key: "k", Limit: lim, Want: 5*M + M/2, MinGrant: 5*M + 1, Quantum: M}, global.ErrInvalidCost},
 	}
 	b := newMiniredis(t)
 	l := newLimiter(t, b)
@@ -371,6 +374,15 @@ var settleCases = []settleCase{
 		granted: 0, tokens: -2 * M, ttl: 12e9 * time.Millisecond},
 	{name: "charge then grant", lim: slow, state: st(10*M, 0), s: global.Settlement{Consumed: 3 * M, Want: 4 * M, MinGrant: 1},
 		granted: 4 * M, tokens: 3 * M, ttl: 7e9 * time.Millisecond},
+	{name: "fractional bucket, no quantum grants the fraction", lim: slow, state: st(5*M/2, 0), s: global.Settlement{Want: 5 * M, MinGrant: M},
+		granted: 5 * M / 2, tokens: 0, ttl: 1e10 * time.Millisecond},
+	{name: "fractional bucket, whole-token quantum grants the whole part and leaves the fraction in Redis", lim: slow, state: st(5*M/2, 0),
+		s:       global.Settlement{Want: 5 * M, MinGrant: M, Quantum: M},
+		granted: 2 * M, tokens: M / 2, ttl: 95e8 * time.Millisecond},
+	{name: "quantum above what is there grants nothing", lim: slow, state: st(7*M/10, 0), s: global.Settlement{Want: M, Quantum: M},
+		granted: 0, tokens: 7 * M / 10, ttl: 93e8 * time.Millisecond},
+	{name: "quantum of the burst, min grant at want in quanta", lim: slow, s: global.Settlement{Want: 10*M + M/2, MinGrant: 10 * M, Quantum: 10 * M},
+		granted: 10 * M, tokens: 0, ttl: 1e10 * time.Millisecond},
 	{name: "refill", lim: five, state: st(0, time.Second), s: global.Settlement{},
 		tokens: 5 * M, ttl: time.Second},
 	{name: "refill capped at burst", lim: five, state: st(0, 10*time.Second), s: global.Settlement{},

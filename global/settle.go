@@ -29,11 +29,16 @@ type Settlement struct {
 	// MinGrant is the least worth taking: if less than MinGrant is there,
 	// nothing is taken. MinGrant == Want makes the grant all or nothing.
 	MinGrant int64
+	// Quantum makes the grant a whole number of Quantum micro-tokens (what
+	// is left stays in Redis), so that a caller whose costs are whole tokens
+	// never holds a fraction it cannot spend. 0 means 1 (no rounding).
+	Quantum int64
 }
 
 // Reply is the outcome of one Settlement.
 type Reply struct {
-	// Granted is the micro-tokens taken: 0, or between MinGrant and Want.
+	// Granted is the micro-tokens taken: 0, or between MinGrant and Want,
+	// a multiple of Quantum.
 	Granted int64
 	// Tokens is the micro-tokens left in the bucket after the settlement.
 	// It is negative while the bucket is in debt, and never below -burst.
@@ -130,7 +135,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 
 // args returns the script's ARGV for s.
 func (s *Settlement) args() []any {
-	return []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant}
+	return []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1)}
 }
 
 // check validates s as the script requires, with the bounds of package limit.
@@ -156,6 +161,13 @@ func (s *Settlement) check() error {
 	if s.MinGrant > s.Want || s.MinGrant > m.Burst {
 		// Such a grant can never be made.
 		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d or burst %d", ErrInvalidCost, s.MinGrant, s.Want, m.Burst)
+	}
+	if s.Quantum < 0 || s.Quantum > m.Burst {
+		return fmt.Errorf("%w: quantum %d micro-tokens is outside [0, burst %d]", ErrInvalidCost, s.Quantum, m.Burst)
+	}
+	if s.Quantum > 1 && s.MinGrant > s.Want-s.Want%s.Quantum {
+		// The grant is at most Want rounded down to a quantum.
+		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d rounded down to quantum %d", ErrInvalidCost, s.MinGrant, s.Want, s.Quantum)
 	}
 	return nil
 }

@@ -61,6 +61,20 @@ func (a *Tokens) TakeUpTo(n int64) int64 {
 	}
 }
 
+// Update replaces what a holds, v, with f(v), atomically: f may be called
+// more than once. It reports false, changing nothing, if a is retired.
+func (a *Tokens) Update(f func(v int64) int64) bool {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return false
+		}
+		if a.v.CompareAndSwap(v, max(f(v), 0)) {
+			return true
+		}
+	}
+}
+
 // Set replaces what a holds with n and returns what it held. It reports
 // false, changing nothing, if a is retired.
 func (a *Tokens) Set(n int64) (old int64, ok bool) {

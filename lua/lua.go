@@ -6,11 +6,12 @@ package lua
 import _ "embed"
 
 // Settle is the source of settle.lua: one step of the authoritative token
-// bucket kept in KEYS[1]. With ARGV rate, burst, consumed, returned, want and
-// min_grant (integers, micro-tokens and micro-tokens per second) it refills
-// the bucket from Redis TIME, takes back returned, charges consumed, grants
-// up to want (or nothing if less than min_grant is there), writes the bucket
-// with a TTL and replies {granted, tokens, now_us}.
+// bucket kept in KEYS[1]. With ARGV rate, burst, consumed, returned, want,
+// min_grant and quantum (integers, micro-tokens and micro-tokens per second)
+// it refills the bucket from Redis TIME, takes back returned, charges
+// consumed, grants up to want in whole quanta (or nothing if that is less
+// than min_grant), writes the bucket with a TTL and replies
+// {granted, tokens, now_us}.
 //
 //go:embed settle.lua
 var Settle string

@@ -8,16 +8,19 @@
 --            t   tokens, in micro-tokens, in [-burst, burst]
 --            ts  the Redis time of t, in microseconds
 --          A missing key is a full bucket.
--- ARGV     rate, burst, consumed, returned, want, min_grant
+-- ARGV     rate, burst, consumed, returned, want, min_grant, quantum
 --            rate       micro-tokens per second, an integer in [1, 2^50]
 --            burst      micro-tokens, an integer in [1, 2^50]
 --            consumed   micro-tokens spent elsewhere, to charge (>= 0)
 --            returned   micro-tokens granted before and not spent (>= 0)
 --            want       micro-tokens wanted now (>= 0)
 --            min_grant  grant nothing rather than less than this (>= 0)
+--            quantum    micro-tokens; the grant is a whole number of these,
+--                       an integer in [1, 2^50] (1 does not round)
 --          consumed, returned, want and min_grant are integers below 2^53.
 -- returns  {granted, tokens, now_us}, all integers:
---            granted    micro-tokens granted: 0, or in [min_grant, want]
+--            granted    micro-tokens granted: 0, or in [min_grant, want],
+--                       a multiple of quantum
 --            tokens     micro-tokens left after the step, in [-burst, burst]
 --            now_us     Redis TIME in microseconds
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read;
@@ -28,8 +31,9 @@
 --      that went back (failover) refills nothing and ts never moves back
 --   2. t = min(burst, t + returned)
 --   3. t = max(-burst, t - consumed)
---   4. granted = min(want, max(t, 0)), or 0 if that is below min_grant;
---      t = t - granted
+--   4. granted = min(want, max(t, 0)), rounded down to a multiple of
+--      quantum, or 0 if that is below min_grant; t = t - granted (what is
+--      left of a quantum stays in the bucket)
 --   5. write t and ts, with a TTL that ends when the bucket is full again:
 --      ceil((burst - t) * 1000 / rate) ms, at least 1 s, at most 2^43 ms
 --      (which keeps it valid on Redis and on miniredis, whose TTLs are
@@ -58,15 +62,15 @@ local MICRO = 1000000
 if #KEYS ~= 1 then
   return redis.error_reply('ERR hybrid: want 1 key, got ' .. #KEYS)
 end
-if #ARGV ~= 6 then
-  return redis.error_reply('ERR hybrid: want 6 arguments (rate, burst, consumed, returned, want, min_grant), got ' .. #ARGV)
+if #ARGV ~= 7 then
+  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum), got ' .. #ARGV)
 end
 
-local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant'}
+local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
 local arg = {}
-for i = 1, 6 do
+for i = 1, 7 do
   local lo, hi = 0, MAX_AMOUNT
-  if i <= 2 then
+  if i <= 2 or i == 7 then
     lo, hi = 1, MAX_LIMIT
   end
   local v = tonumber(ARGV[i])
@@ -76,8 +80,8 @@ for i = 1, 6 do
   end
   arg[i] = v
 end
-local rate, burst, consumed, returned, want, min_grant =
-  arg[1], arg[2], arg[3], arg[4], arg[5], arg[6]
+local rate, burst, consumed, returned, want, min_grant, quantum =
+  arg[1], arg[2], arg[3], arg[4], arg[5], arg[6], arg[7]
 
 local key = KEYS[1]
 local time = redis.call('TIME')
@@ -142,11 +146,13 @@ if t < -burst then
   t = -burst
 end
 
--- 4. Grant.
+-- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
+-- math.fmod of two doubles is exact, and granted >= 0.
 local granted = 0
 if t > 0 then
   granted = math.min(want, t)
 end
+granted = granted - math.fmod(granted, quantum)
 if granted < min_grant then
   granted = 0
 end

@@ -39,7 +39,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 }
 
 func TestSettleRejectsArguments(t *testing.T) {
-	ok := []string{"5000000", "10000000", "0", "0", "1000000", "1000000"}
+	ok := []string{"5000000", "10000000", "0", "0", "1000000", "1000000", "1000000"}
 	with := func(i int, v string) []string {
 		a := append([]string(nil), ok...)
 		a[i] = v
@@ -53,8 +53,8 @@ func TestSettleRejectsArguments(t *testing.T) {
 	}{
 		{"no key", nil, ok, "want 1 key"},
 		{"two keys", []string{"{a}x", "{a}y"}, ok, "want 1 key"},
-		{"five args", []string{"k"}, ok[:5], "want 6 arguments"},
-		{"seven args", []string{"k"}, append(with(0, "1"), "1"), "want 6 arguments"},
+		{"five args", []string{"k"}, ok[:5], "want 7 arguments"},
+		{"eight args", []string{"k"}, append(with(0, "1"), "1"), "want 7 arguments"},
 		{"rate text", []string{"k"}, with(0, "fast"), "rate"},
 		{"rate zero", []string{"k"}, with(0, "0"), "rate"},
 		{"rate negative", []string{"k"}, with(0, "-5"), "rate"},
@@ -68,6 +68,11 @@ func TestSettleRejectsArguments(t *testing.T) {
 		{"returned fraction", []string{"k"}, with(3, "0.5"), "returned"},
 		{"want 2^53", []string{"k"}, with(4, "9007199254740992"), "want"},
 		{"min_grant text", []string{"k"}, with(5, "x"), "min_grant"},
+		{"quantum missing", []string{"k"}, ok[:6], "want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum)"},
+		{"quantum zero", []string{"k"}, with(6, "0"), "quantum"},
+		{"quantum fraction", []string{"k"}, with(6, "1000000.5"), "quantum"},
+		{"quantum text", []string{"k"}, with(6, "whole"), "quantum"},
+		{"quantum over 2^50", []string{"k"}, with(6, "1125899906842625"), "quantum"},
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
@@ -100,7 +105,7 @@ type model struct {
 
 // step applies one call at Redis time now and returns what the script must
 // reply and the TTL bounds in ms it must set.
-func (m *model) step(now, rate, burst, consumed, returned, want, minGrant int64) (granted int64, ttlLo, ttlHi int64) {
+func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quantum int64) (granted int64, ttlLo, ttlHi int64) {
 	if !m.ok {
 		m.t, m.ts, m.ok = burst, now, true
 	}
@@ -120,6 +125,7 @@ func (m *model) step(now, rate, burst, consumed, returned, want, minGrant int64)
 	m.t = min(burst, m.t+returned)
 	m.t = max(-burst, m.t-consumed)
 	granted = min(want, max(m.t, 0))
+	granted -= granted % quantum
 	if granted < minGrant {
 		granted = 0
 	}
@@ -152,9 +158,9 @@ func pick(r *rand.Rand, edges []int64, lo, hi int64) int64 {
 	return lo + r.Int64N(hi-lo+1)
 }
 
-// TestSettleModel runs random calls with random limits, amounts, clock jumps
-// and stored states against the exact integer model, up to 2^50 micro-tokens
-// of burst and rate and 2^53 of amounts.
+// TestSettleModel runs random calls with random limits, amounts, quanta,
+// clock jumps and stored states against the exact integer model, up to 2^50
+// micro-tokens of burst, rate and quantum and 2^53 of amounts.
 func TestSettleModel(t *testing.T) {
 	const maxLimit = 1 << 50
 	const maxAmount = 1<<53 - 1
@@ -164,6 +170,7 @@ func TestSettleModel(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		r := rand.New(rand.NewPCG(1, 2))
+		rq := rand.New(rand.NewPCG(3, 4)) // quanta, so that they leave the draws of r alone
 		steps := 800
 		if testing.Short() {
 			steps = 200
@@ -220,18 +227,25 @@ func TestSettleModel(t *testing.T) {
 				if r.IntN(2) == 0 {
 					minGrant = min(want, 1)
 				}
+				var quantum int64 = 1
+				switch rq.IntN(3) {
+				case 1:
+					quantum = 1_000_000
+				case 2:
+					quantum = 1 + rq.Int64N(min(want+1, maxLimit))
+				}
 
-				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, rate, burst, consumed, returned, want, minGrant).Result()
+				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, rate, burst, consumed, returned, want, minGrant, quantum).Result()
 				if err != nil {
 					t.Fatalf("step %d: EVAL: %v", i, err)
 				}
 				a := v.([]any)
 				got := [3]int64{a[0].(int64), a[1].(int64), a[2].(int64)}
 				before := m
-				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant)
+				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum)
 				if got[0] != granted || got[1] != m.t {
-					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d:\ngot granted %d tokens %d, want %d %d",
-						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, got[0], got[1], granted, m.t)
+					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d:\ngot granted %d tokens %d, want %d %d",
+						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, got[0], got[1], granted, m.t)
 				}
 				h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
 				if err != nil {
@@ -274,7 +288,7 @@ func TestSettleUnreadableState(t *testing.T) {
 			if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
 				t.Fatal(err)
 			}
-			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 0, 0).Result()
+			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 0, 0, 1).Result()
 			if err != nil {
 				t.Fatalf("%s: EVAL: %v", tt.name, err)
 			}
@@ -293,7 +307,7 @@ func TestSettleWrongType(t *testing.T) {
 		if err := b.rdb.Set(ctx, "{s}", "v", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := b.rdb.Eval(ctx, lua.Settle, []string{"{s}"}, 1, 1, 0, 0, 0, 0).Result()
+		_, err := b.rdb.Eval(ctx, lua.Settle, []string{"{s}"}, 1, 1, 0, 0, 0, 0, 1).Result()
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("EVAL on a string = %v, want WRONGTYPE", err)
 		}

@@ -202,15 +202,29 @@ func (r *Reconciler) SyncInterval() time.Duration { return r.cfg.SyncInterval }
 // LocalCapacity returns the most allowance one key holds, in micro-tokens.
 func (r *Reconciler) LocalCapacity() int64 { return r.lc }
 
-// Starved records that e's allowance could not pay for a request. The first
-// time since the last round it asks for an early round. It never blocks.
-func (r *Reconciler) Starved(e *Entry) {
-	if e.X.starve() {
+// Starved records that e's allowance could not pay for a request, or ran
+// low: its lease grows at the next round. With early, and if the global
+// bucket still held tokens at the last round, it also asks for an early
+// round (the first time since the last one). It never blocks.
+func (r *Reconciler) Starved(e *Entry, early bool) {
+	if e.X.starve() && early && e.View().Tokens > 0 {
 		select {
 		case r.early <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// LowWater returns the allowance, in micro-tokens, under which a lease
+// should be topped up before the next round: a quarter of its size.
+// Leases under four tokens have no low-water mark: they are fetched when
+// they run dry.
+func (r *Reconciler) LowWater(e *Entry) int64 {
+	t := int64(e.X.target.Load())
+	if t < 4 {
+		return 0
+	}
+	return t * (local.Micro / 4)
 }
 
 // Fetch settles e's key alone, now, for a request of cost micro-tokens:

@@ -140,36 +140,45 @@ type owner struct {
 // e; restore puts them back if the round fails. ok is false when there is
 // nothing to settle.
 func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
-	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll()}
-	if sp.Mode == Lease {
-		switch bal := e.Allowance.Load(); {
-		case !touched:
-			s.Returned = e.Allowance.TakeAll()
-			e.X.clearStarved()
-		default:
-			tgt := r.resize(e, sp, bal)
-			if bal > tgt {
-				s.Returned = e.Allowance.TakeUpTo(bal - tgt)
-			} else {
-				s.Want = tgt - bal
-			}
+	// Costs are whole tokens: lease grants are too, so that no instance
+	// holds a fraction it cannot spend while others could.
+	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Quantum: local.Micro}
+	switch {
+	case sp.Mode == Optimistic && touched:
+		return s, true // charge, and learn the bucket for the next budget
+	case sp.Mode != Lease:
+	case !touched:
+		s.Returned = e.Allowance.TakeAll()
+		e.X.clearStarved()
+	default:
+		bal := e.Allowance.Load()
+		starved := e.X.clearStarved()
+		tgt := r.resize(e, sp, bal, starved)
+		switch {
+		case bal > tgt:
+			s.Returned = e.Allowance.TakeUpTo(bal - tgt)
+		case starved:
+			// Demand outran the lease: top it up. A key that was not
+			// starved is fetched on demand instead, so that light keys hold
+			// no lease between their requests.
+			s.Want = tgt - bal
 		}
 	}
 	return s, s.Consumed > 0 || s.Returned > 0 || s.Want > 0
 }
 
 // resize adapts the allowance e keeps in lease mode to its use: double it if
-// a spend failed since the last round, halve it if less than half of it was
+// it was starved since the last round, halve it if less than half of it was
 // used; within [one token, min(LocalCapacity, burst)]. It returns it in
 // micro-tokens.
-func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64) int64 {
+func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64, starved bool) int64 {
 	t := r.target(e, sp)
-	if e.X.clearStarved() {
+	if starved {
 		t *= 2
 	} else if bal > t/2 {
 		t /= 2
 	}
-	t = min(max(t, local.Micro), r.maxLease(sp))
+	t = min(max(t-t%local.Micro, local.Micro), r.maxLease(sp)) // whole tokens
 	e.X.target.Store(uint32(t / local.Micro))
 	return t
 }
@@ -185,16 +194,28 @@ func (r *Reconciler) target(e *Entry, sp *Spec) int64 {
 	return min(max(t-t%local.Micro, local.Micro), r.maxLease(sp))
 }
 
-// maxLease is the most allowance a key holds.
+// maxLease is the most allowance a key holds, in whole tokens.
 func (r *Reconciler) maxLease(sp *Spec) int64 { return min(r.lc, sp.Limit.Burst) }
 
-// Budget returns the optimistic budget of a key whose global bucket held
-// tokens micro-tokens: its share of what the bucket holds and of what it
-// refills over one interval, within LocalCapacity and the burst.
-func (r *Reconciler) Budget(sp *Spec, tokens int64) int64 {
+// Budget returns the optimistic budget of a key that has old micro-tokens of
+// budget left, whose global bucket held tokens micro-tokens, elapsed after
+// its previous settlement: its share of what the bucket refilled meanwhile
+// added to what it has left, or its share of what the bucket holds if that
+// is more, within Cap. Fractions of a token carry over, so that a fleet
+// larger than the burst still spends the whole refill.
+func (r *Reconciler) Budget(sp *Spec, tokens, old int64, elapsed time.Duration) int64 {
+	n := r.live.Load()
+	refill, _ := limit.Refill(elapsed, sp.Limit.Rate, 0)
+	return min(max(old+refill/n, max(tokens, 0)/n), r.Cap(sp))
+}
+
+// Cap is the most optimistic budget one instance holds for a key: its share
+// of the burst and of one interval's refill, at least one token, within
+// LocalCapacity and the burst.
+func (r *Reconciler) Cap(sp *Spec) int64 {
 	n := r.live.Load()
 	refill, _ := limit.Refill(r.cfg.SyncInterval, sp.Limit.Rate, 0)
-	return min(max(tokens, 0)/n+refill/n, r.lc, sp.Limit.Burst)
+	return min(r.lc, sp.Limit.Burst, max((sp.Limit.Burst+refill)/n, local.Micro))
 }
 
 // restore puts back what a failed settlement took out of its entry, or
@@ -234,7 +255,11 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 			r.addOrphan(s.Key, sp, 0, rep.Granted)
 		}
 	case Optimistic:
-		e.Allowance.Set(r.Budget(sp, rep.Tokens))
+		elapsed := r.cfg.SyncInterval
+		if seen := e.View().Seen; seen != 0 {
+			elapsed = now - seen
+		}
+		e.Allowance.Update(func(old int64) int64 { return r.Budget(sp, rep.Tokens, old, elapsed) })
 	}
 	e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
 	return sp.Mode == Lease && e.Allowance.Load() > 0 || e.Pending.Load() > 0
@@ -289,7 +314,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	if sp == nil || e.Retired() {
 		return fmt.Errorf("reconcile: fetch %q: entry gone", e.Key())
 	}
-	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll()}
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Quantum: local.Micro}
 	if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
 			s.Want = max(r.target(e, sp), cost) - bal

@@ -1,0 +1,195 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid"
+)
+
+// link is a go-redis hook between one instance and a shared miniredis: it
+// sets Redis TIME to the caller's clock before every command (inside a
+// synctest bubble, the bubble's fake clock), counts commands, and can cut the
+// link, failing every command as a refused connection would.
+type link struct {
+	m        *miniredis.Miniredis
+	down     atomic.Bool
+	commands atomic.Int64
+}
+
+var errLinkDown = &net0Error{}
+
+// net0Error is what a cut link returns: a connection refused.
+type net0Error struct{}
+
+func (*net0Error) Error() string   { return "dial tcp: connect: " + syscall.ECONNREFUSED.Error() }
+func (*net0Error) Unwrap() error   { return syscall.ECONNREFUSED }
+func (*net0Error) Timeout() bool   { return false }
+func (*net0Error) Temporary() bool { return false }
+
+func (l *link) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *link) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if l.down.Load() {
+			cmd.SetErr(errLinkDown)
+			return errLinkDown
+		}
+		l.commands.Add(1)
+		l.m.SetTime(time.Now())
+		return next(ctx, cmd)
+	}
+}
+
+func (l *link) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if l.down.Load() {
+			for _, c := range cmds {
+				c.SetErr(errLinkDown)
+			}
+			return errLinkDown
+		}
+		l.commands.Add(int64(len(cmds)))
+		l.m.SetTime(time.Now())
+		return next(ctx, cmds)
+	}
+}
+
+// fleet is n Limiters sharing one miniredis, each with its own client and
+// link. Make one inside a synctest bubble; miniredis itself must be started
+// outside it (its server goroutines wait on the network, which a bubble does
+// not count as durably blocked).
+type fleet struct {
+	m     *miniredis.Miniredis
+	lims  []*hybrid.Limiter
+	links []*link
+}
+
+func newFleet(t *testing.T, m *miniredis.Miniredis, n int, cfg hybrid.Config) *fleet {
+	t.Helper()
+	f := &fleet{m: m}
+	for i := range n {
+		ln := &link{m: m}
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+		rdb.AddHook(ln)
+		c := cfg
+		c.InstanceID = string(rune('a' + i))
+		l, err := hybrid.New(rdb, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.lims = append(f.lims, l)
+		f.links = append(f.links, ln)
+		t.Cleanup(func() {
+			l.Close(context.Background())
+			rdb.Close()
+		})
+	}
+	return f
+}
+
+// close closes every limiter, failing the test on an error.
+func (f *fleet) close(t *testing.T) {
+	t.Helper()
+	for i, l := range f.lims {
+		if err := l.Close(context.Background()); err != nil {
+			t.Errorf("instance %d: Close: %v", i, err)
+		}
+	}
+}
+
+// setDown cuts or restores every instance's link.
+func (f *fleet) setDown(down bool) {
+	for _, ln := range f.links {
+		ln.down.Store(down)
+	}
+}
+
+// commands returns the Redis commands sent by the whole fleet.
+func (f *fleet) commands() int64 {
+	var n int64
+	for _, ln := range f.links {
+		n += ln.commands.Load()
+	}
+	return n
+}
+
+// tally counts decisions.
+type tally struct {
+	allowed, denied, errors atomic.Int64
+	bySource                [3]atomic.Int64
+	mu                      sync.Mutex
+	firstErr                error
+	asked, admitted         map[string]int64 // per key, when keys vary
+}
+
+func (c *tally) addKey(key string, res hybrid.Result, err error) {
+	c.mu.Lock()
+	if c.asked == nil {
+		c.asked, c.admitted = map[string]int64{}, map[string]int64{}
+	}
+	c.asked[key]++
+	if err == nil && res.Allowed {
+		c.admitted[key]++
+	}
+	c.mu.Unlock()
+	c.add(res, err)
+}
+
+func (c *tally) add(res hybrid.Result, err error) {
+	switch {
+	case err != nil:
+		c.errors.Add(1)
+		c.mu.Lock()
+		if c.firstErr == nil {
+			c.firstErr = err
+		}
+		c.mu.Unlock()
+	case res.Allowed:
+		c.allowed.Add(1)
+		c.bySource[res.Source].Add(1)
+	default:
+		c.denied.Add(1)
+	}
+}
+
+func (c *tally) check(t *testing.T) {
+	t.Helper()
+	if n := c.errors.Load(); n > 0 {
+		t.Fatalf("%d decisions failed; the first: %v", n, c.firstErr)
+	}
+}
+
+// drive makes every instance of f ask for key under lim every gap, from now
+// until now+d, with instance i starting i*gap/len(f.lims) late, and counts
+// the decisions in c. keyOf, if not nil, picks the key for each request.
+func drive(f *fleet, key string, lim hybrid.Limit, gap, d time.Duration, c *tally, keyOf func(inst, i int) string) {
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i, l := range f.lims {
+		wg.Go(func() {
+			time.Sleep(gap * time.Duration(i) / time.Duration(len(f.lims)))
+			for n := 0; time.Now().Before(end); n++ {
+				if keyOf == nil {
+					c.add(l.Allow(context.Background(), key, lim))
+				} else {
+					k := keyOf(i, n)
+					res, err := l.Allow(context.Background(), k, lim)
+					c.addKey(k, res, err)
+				}
+				time.Sleep(gap)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
