@@ -191,5 +191,3 @@ func drive(f *fleet, key string, lim hybrid.Limit, gap, d time.Duration, c *tall
 	}
 	wg.Wait()
 }
-
-func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,8 +119,8 @@ type Limiter struct {
 	fb    Fallback
 	stats counters
 
-	mu    sync.Mutex // protects specs
-	specs map[Limit]*reconcile.Spec
+	specs  sync.Map // Limit -> *reconcile.Spec, interned
+	nspecs atomic.Int64
 }
 
 // New returns a Limiter that keeps its global buckets in rdb (a standalone
@@ -150,7 +151,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		keys:  r.Keys(),
 		clock: r.Clock(),
 		fb:    cfg.Fallback,
-		specs: make(map[Limit]*reconcile.Spec),
 	}, nil
 }
 
@@ -200,12 +200,19 @@ func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64) (R
 // slow is the path of a key without enough allowance, a new key, a changed
 // limit, an Exact limit, or fallback mode.
 func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64) (Result, *reconcile.Entry, error) {
-	if err := limit.CheckKey(key); err != nil {
+	var sp *reconcile.Spec
+	if e := l.keys.Get(key); e != nil { // a valid key: skip its checks
+		if esp := e.X.Spec(); esp != nil && esp.Is(lim.Rate, lim.Burst, lim.Mode) {
+			sp = esp
+		}
+	} else if err := limit.CheckKey(key); err != nil {
 		return Result{}, nil, fmt.Errorf("hybrid: %w", err)
 	}
-	sp, err := l.spec(lim)
-	if err != nil {
-		return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
+	if sp == nil {
+		var err error
+		if sp, err = l.spec(lim); err != nil {
+			return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
+		}
 	}
 	cost, err := sp.Limit.Cost(n)
 	if err != nil {
@@ -284,22 +291,22 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	return l.denied(sp, lim, cost, e.View(), now, SourceRedis), true, nil
 }
 
-// spec returns the interned spec of lim, validating it the first time.
+// spec returns the interned spec of lim, validating it the first time. A
+// known limit is found without a lock.
 func (l *Limiter) spec(lim Limit) (*reconcile.Spec, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if sp, ok := l.specs[lim]; ok {
-		return sp, nil
+	if sp, ok := l.specs.Load(lim); ok {
+		return sp.(*reconcile.Spec), nil
 	}
 	sp, err := reconcile.NewSpec(lim.Rate, lim.Burst, lim.Mode)
 	if err != nil {
 		return nil, err
 	}
-	if len(l.specs) >= maxSpecs { // a caller minting limits: do not grow forever
-		clear(l.specs)
+	if l.nspecs.Add(1) > maxSpecs { // a caller minting limits: do not grow forever
+		l.specs.Clear()
+		l.nspecs.Store(1)
 	}
-	l.specs[lim] = sp
-	return sp, nil
+	v, _ := l.specs.LoadOrStore(lim, sp)
+	return v.(*reconcile.Spec), nil
 }
 
 // maxSpecs bounds the interned specs.
