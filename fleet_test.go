@@ -2,7 +2,6 @@ package hybrid_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"syscall"
