@@ -89,7 +89,12 @@ func (s *State) SetSpec(sp *Spec) { s.spec.Store(sp) }
 
 // starve records that a spend failed, and reports whether this is the
 // first since the last round.
-func (s *State) starve() bool { return s.flags.Or(flagStarved)&flagStarved == 0 }
+func (s *State) starve() bool {
+	if s.flags.Load()&flagStarved != 0 {
+		return false // already: no write, so a hot key's spends do not contend on it
+	}
+	return s.flags.Or(flagStarved)&flagStarved == 0
+}
 
 // clearStarved clears the starved flag and reports whether it was set.
 func (s *State) clearStarved() bool { return s.flags.And(^flagStarved)&flagStarved != 0 }
