@@ -268,28 +268,38 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		l.stats.localDenied.Add(1)
 		return l.denied(sp, lim, cost, v, now, SourceLocal), true, nil
 	}
-	// Lease, and Redis may have tokens: fetch them.
-	if err := l.r.Fetch(ctx, e, cost); err != nil {
-		if ctx.Err() != nil {
-			return Result{}, false, ctx.Err()
-		}
-		if errors.Is(err, reconcile.ErrClosed) {
-			return Result{}, false, ErrClosed
-		}
-		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
-	}
+	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
+	// the concurrent requests for the key and sized for one; while Redis
+	// still has tokens after it, the ones it did not cover fetch again.
 	l.stats.fetched.Add(1)
-	if left, ok := e.Allowance.SpendLeft(cost); ok {
-		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
-	}
-	if e.Retired() {
-		return Result{}, false, nil
+	for range maxFetches {
+		if err := l.r.Fetch(ctx, e, cost); err != nil {
+			if ctx.Err() != nil {
+				return Result{}, false, ctx.Err()
+			}
+			if errors.Is(err, reconcile.ErrClosed) {
+				return Result{}, false, ErrClosed
+			}
+			return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+		}
+		if left, ok := e.Allowance.SpendLeft(cost); ok {
+			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+		}
+		if e.Retired() {
+			return Result{}, false, nil
+		}
+		if e.View().Tokens < cost {
+			break
+		}
+		l.r.Starved(e, false) // the next fetch asks for a larger lease
 	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
-	now = l.clock.Now()
-	return l.denied(sp, lim, cost, e.View(), now, SourceRedis), true, nil
+	return l.denied(sp, lim, cost, e.View(), l.clock.Now(), SourceRedis), true, nil
 }
+
+// maxFetches bounds the fetches one request makes.
+const maxFetches = 4
 
 // spec returns the interned spec of lim, validating it the first time. A
 // known limit is found without a lock.
@@ -312,22 +322,31 @@ func (l *Limiter) spec(lim Limit) (*reconcile.Spec, error) {
 // maxSpecs bounds the interned specs.
 const maxSpecs = 4096
 
-// setSpec gives e its spec: a new key starts with its optimistic budget; a
-// key whose limit changed gives its lease back at the next round.
+// setSpec gives e its spec, once per change even when callers race: what
+// e holds under an old limit is let go (a lease goes back to Redis; an
+// optimistic budget was never reserved and is dropped), and an optimistic
+// key gets its first budget. The spec is published last, so the hot path
+// never spends under the new limit before the entry is ready for it.
 func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
+	e.X.LockSpec()
+	defer e.X.UnlockSpec()
 	old := e.X.Spec()
-	e.X.SetSpec(sp)
-	switch {
-	case old == nil && sp.Mode == Optimistic:
-		e.Allowance.Add(l.r.Budget(sp, sp.Limit.Burst, 0, 0))
-	case old != nil && old.Mode == Lease && (sp.Mode != Lease || old.Limit != sp.Limit):
-		if back := e.Allowance.TakeAll(); back > 0 {
+	if old == sp {
+		return // set by a caller we raced with
+	}
+	if old != nil && (old.Limit != sp.Limit || old.Mode != sp.Mode) {
+		if back := e.Allowance.TakeAll(); back > 0 && old.Mode == Lease {
 			l.r.Return(e.Key(), old, back)
 		}
-		if sp.Mode == Optimistic {
-			e.Allowance.Add(l.r.Budget(sp, e.View().Tokens, 0, 0))
-		}
 	}
+	if sp.Mode == Optimistic && (old == nil || old.Limit != sp.Limit || old.Mode != sp.Mode) {
+		tokens := sp.Limit.Burst // a bucket nobody used is full
+		if v := e.View(); v.Seen != 0 {
+			tokens = min(v.Tokens, sp.Limit.Burst)
+		}
+		e.Allowance.Add(l.r.Budget(sp, tokens, 0, 0))
+	}
+	e.X.SetSpec(sp)
 }
 
 // Close stops the reconciler, waits for it, and settles every key for the

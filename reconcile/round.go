@@ -93,6 +93,8 @@ func (r *Reconciler) round(ctx context.Context) {
 		if s, ok := r.settlement(e, sp, i < touched); ok {
 			r.sets = append(r.sets, s)
 			r.owners = append(r.owners, owner{e, sp})
+		} else if sp.Mode == Lease && e.Allowance.Load() > 0 {
+			r.hold(e) // nothing to settle now; give the lease back once idle
 		}
 	}
 	clear(r.batch)
@@ -317,7 +319,11 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Quantum: local.Micro}
 	if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
-			s.Want = max(r.target(e, sp), cost) - bal
+			tgt := r.target(e, sp)
+			if e.X.clearStarved() { // requests went unserved since: grow now
+				tgt = r.resize(e, sp, bal, true)
+			}
+			s.Want = max(tgt, cost) - bal
 			s.MinGrant = cost - bal
 		}
 	}

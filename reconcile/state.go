@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/hybridlimit/hybrid/local"
@@ -79,7 +80,21 @@ type State struct {
 const (
 	flagStarved uint32 = 1 << iota // a spend failed since the last round
 	flagQueued                     // in the next round's batch already
+	flagSetting                    // a spec change is under way
 )
+
+// LockSpec serialises changes of the key's spec: whoever changes it adjusts
+// what the entry holds first and publishes the spec with SetSpec last, under
+// LockSpec. It spins (yielding) while another change is under way; changes
+// are rare and short.
+func (s *State) LockSpec() {
+	for s.flags.Or(flagSetting)&flagSetting != 0 {
+		runtime.Gosched()
+	}
+}
+
+// UnlockSpec ends a change begun with LockSpec.
+func (s *State) UnlockSpec() { s.flags.And(^flagSetting) }
 
 // Spec returns the key's spec, nil before SetSpec.
 func (s *State) Spec() *Spec { return s.spec.Load() }

@@ -1,0 +1,804 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/hybridlimit/hybrid"
+)
+
+// The API tests run one small fleet in a synctest bubble each: time moves only
+// when every goroutine of the bubble is blocked, so a test sleeps to let the
+// reconciler's rounds run, and Redis TIME follows the same clock.
+
+// micro is the number of micro-tokens in one token, the unit of the buckets
+// in Redis.
+const micro = 1_000_000
+
+// interval is the default Config.SyncInterval: the time between two rounds.
+const interval = 100 * time.Millisecond
+
+// slow is a rate so low that the refill over a test's few seconds of fake
+// time stays far below one token (1000 micro-tokens a second), so that the
+// buckets in Redis can be checked to within refill.
+const slow = 1e-3
+
+// inFleet starts miniredis, then runs test in a synctest bubble with a fleet
+// of n instances configured by cfg, once their first heartbeats are done and
+// 1ms has passed. It closes the fleet after test returns, inside the bubble,
+// so the bubble sees every goroutine end.
+func inFleet(t *testing.T, n int, cfg hybrid.Config, test func(t *testing.T, f *fleet)) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t, m, n, cfg)
+		synctest.Wait()
+		// Start a moment after the instances' clocks did: a view of the
+		// global bucket seen at a clock's very first reading (0) would
+		// read as no view at all, which only a fake clock can produce.
+		time.Sleep(time.Millisecond)
+		test(t, f)
+		f.close(t)
+	})
+}
+
+// settle sleeps for d (rounds of fake time) and waits until the goroutines
+// that woke meanwhile are blocked again: the rounds due within d are done.
+func settle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// tokensIn returns the micro-tokens the Redis bucket of key holds (its hash
+// field t), failing the test if there is no such bucket.
+func tokensIn(t *testing.T, m *miniredis.Miniredis, key string) int64 {
+	t.Helper()
+	rk := "hybrid:{" + key + "}"
+	if !m.Exists(rk) {
+		t.Fatalf("Redis has no bucket %q", rk)
+	}
+	s := m.HGet(rk, "t")
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("HGET %s t = %q: %v", rk, s, err)
+	}
+	return v
+}
+
+// wantTokens checks that the Redis bucket of key holds want micro-tokens,
+// plus at most slack of refill.
+func wantTokens(t *testing.T, m *miniredis.Miniredis, key string, want, slack int64) {
+	t.Helper()
+	if got := tokensIn(t, m, key); got < want || got > want+slack {
+		t.Errorf("Redis bucket %q holds %d micro-tokens, want %d (+ at most %d of refill)", key, got, want, slack)
+	}
+}
+
+// TestValidation: misuse is an error wrapping the right sentinel, reported
+// by every entry point before anything is sent to Redis, for a key this
+// instance knows (with allowance) and for a new one.
+func TestValidation(t *testing.T) {
+	ok := hybrid.Limit{Rate: 10, Burst: 10}
+	tests := []struct {
+		name string
+		keys []string // nil: a key with allowance, and a new one
+		lim  hybrid.Limit
+		n    int64
+		want error
+	}{
+		{"rate NaN", nil, hybrid.Limit{Rate: math.NaN(), Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate +Inf", nil, hybrid.Limit{Rate: math.Inf(1), Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate -Inf", nil, hybrid.Limit{Rate: math.Inf(-1), Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate 0", nil, hybrid.Limit{Rate: 0, Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate negative", nil, hybrid.Limit{Rate: -1, Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate below 1e-6", nil, hybrid.Limit{Rate: 1e-7, Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"rate above 1e9", nil, hybrid.Limit{Rate: 1e9 + 1, Burst: 10}, 1, hybrid.ErrInvalidLimit},
+		{"burst 0", nil, hybrid.Limit{Rate: 10, Burst: 0}, 1, hybrid.ErrInvalidLimit},
+		{"burst negative", nil, hybrid.Limit{Rate: 10, Burst: -1}, 1, hybrid.ErrInvalidLimit},
+		{"burst above 1e9", nil, hybrid.Limit{Rate: 10, Burst: 1e9 + 1}, 1, hybrid.ErrInvalidLimit},
+		{"mode 3", nil, hybrid.Limit{Rate: 10, Burst: 10, Mode: 3}, 1, hybrid.ErrInvalidLimit},
+		{"mode 255", nil, hybrid.Limit{Rate: 10, Burst: 10, Mode: 255}, 1, hybrid.ErrInvalidLimit},
+		{"cost 0", nil, ok, 0, hybrid.ErrInvalidCost},
+		{"cost negative", nil, ok, -1, hybrid.ErrInvalidCost},
+		{"cost above burst", nil, ok, 11, hybrid.ErrInvalidCost},
+		{"cost far above burst", nil, ok, math.MaxInt64, hybrid.ErrInvalidCost},
+		{"empty key", []string{""}, ok, 1, hybrid.ErrInvalidKey},
+		{"key of 1025 bytes", []string{strings.Repeat("k", 1025)}, ok, 1, hybrid.ErrInvalidKey},
+	}
+	ops := []struct {
+		name string
+		call func(l *hybrid.Limiter, key string, lim hybrid.Limit, n int64) error
+	}{
+		{"AllowN", func(l *hybrid.Limiter, key string, lim hybrid.Limit, n int64) error {
+			res, err := l.AllowN(context.Background(), key, lim, n)
+			if res != (hybrid.Result{}) {
+				return fmt.Errorf("result %+v with error %v, want the zero Result", res, err)
+			}
+			return err
+		}},
+		{"Reserve", func(l *hybrid.Limiter, key string, lim hybrid.Limit, n int64) error {
+			r, err := l.Reserve(context.Background(), key, lim, n)
+			if r != nil {
+				return fmt.Errorf("reservation %+v with error %v, want nil", r.Result(), err)
+			}
+			return err
+		}},
+		{"WaitN", func(l *hybrid.Limiter, key string, lim hybrid.Limit, n int64) error {
+			return l.WaitN(context.Background(), key, lim, n)
+		}},
+	}
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		// "known" holds a lease under ok (2 tokens fetched, 1 spent), so a
+		// bad cost or limit for it first meets the hot path.
+		if res, err := l.Allow(context.Background(), "known", ok); err != nil || !res.Allowed {
+			t.Fatalf("Allow(known) = %+v, %v, want allowed", res, err)
+		}
+		synctest.Wait()
+		before, keys := f.commands(), l.Stats().Reconcile.Keys
+		for _, tt := range tests {
+			for _, op := range ops {
+				keys := tt.keys
+				if keys == nil {
+					keys = []string{"known", "cold"}
+				}
+				for _, key := range keys {
+					err := op.call(l, key, tt.lim, tt.n)
+					if !errors.Is(err, tt.want) {
+						t.Errorf("%s: %s(%.20q, %+v, %d) = %v, want %v", tt.name, op.name, key, tt.lim, tt.n, err, tt.want)
+					}
+				}
+			}
+		}
+		synctest.Wait()
+		if got := f.commands() - before; got != 0 {
+			t.Errorf("the invalid calls sent %d Redis commands, want 0", got)
+		}
+		if got := l.Stats().Reconcile.Keys; got != keys {
+			t.Errorf("the invalid calls left %d keys tracked, want %d", got, keys)
+		}
+		// The bounds themselves are valid.
+		for _, lim := range []hybrid.Limit{{Rate: 1e9, Burst: 1e9}, {Rate: 1e-6, Burst: 1}} {
+			if _, err := l.AllowN(context.Background(), strings.Repeat("k", 1024), lim, lim.Burst); err != nil {
+				t.Errorf("AllowN(1024-byte key, %+v, %d) = %v, want no error", lim, lim.Burst, err)
+			}
+		}
+	})
+}
+
+// TestResult: decisions on a new key under a lease limit. The first is
+// fetched from Redis, later ones come from the lease; Remaining counts down;
+// once the burst is spent the denial is a Result, answered locally from the
+// last view of the global bucket, with a RetryAfter.
+func TestResult(t *testing.T) {
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		lim := hybrid.Limit{Rate: 1, Burst: 10}
+		start := time.Now()
+		var got []hybrid.Result
+		for i := range 10 {
+			res, err := l.Allow(context.Background(), "k", lim)
+			if err != nil {
+				t.Fatalf("Allow #%d: %v", i+1, err)
+			}
+			if !res.Allowed || res.Remaining != 9-int64(i) || res.RetryAfter != 0 || res.Limit != lim || res.Source == hybrid.SourceFallback {
+				t.Errorf("Allow #%d = %+v, want allowed, Remaining %d, no RetryAfter, Limit %+v, from Redis or local", i+1, res, 9-i, lim)
+			}
+			if !res.Seen.Equal(start) || res.Age() != 0 {
+				t.Errorf("Allow #%d: Seen %v, Age %v, want the view fetched now (%v), of age 0", i+1, res.Seen, res.Age(), start)
+			}
+			got = append(got, res)
+		}
+		if got[0].Source != hybrid.SourceRedis || got[1].Source != hybrid.SourceLocal {
+			t.Errorf("sources of the first two decisions: %v, %v, want redis (fetched), then local (the lease)", got[0].Source, got[1].Source)
+		}
+
+		const d = 30 * time.Millisecond // less than a round: the view stays the same
+		time.Sleep(d)
+		res, err := l.Allow(context.Background(), "k", lim)
+		if err != nil {
+			t.Fatalf("Allow #11: %v, want a denial, not an error", err)
+		}
+		if res.Allowed || res.Source != hybrid.SourceLocal || res.Remaining != 0 || res.Limit != lim {
+			t.Errorf("Allow #11 = %+v, want denied locally, Remaining 0, Limit %+v", res, lim)
+		}
+		// The bucket refills one token a second, from when it was seen empty.
+		if want := time.Second - d; res.RetryAfter != want {
+			t.Errorf("Allow #11: RetryAfter %v, want %v", res.RetryAfter, want)
+		}
+		// Full in 10s from when it was seen empty.
+		if res.ResetAfter < 10*time.Second-d || res.ResetAfter > 10*time.Second {
+			t.Errorf("Allow #11: ResetAfter %v, want %v to %v", res.ResetAfter, 10*time.Second-d, 10*time.Second)
+		}
+		if !res.Seen.Equal(start) || res.Age() != d {
+			t.Errorf("Allow #11: Seen %v, Age %v, want %v, %v", res.Seen, res.Age(), start, d)
+		}
+		if st := l.Stats(); st.LocalDenied != 1 {
+			t.Errorf("Stats().LocalDenied = %d, want 1", st.LocalDenied)
+		}
+	})
+}
+
+// TestLimitChange: a changed limit for a key takes effect on the next
+// decision, and the lease held under the old one goes back to Redis.
+func TestLimitChange(t *testing.T) {
+	b10 := hybrid.Limit{Rate: slow, Burst: 10}
+	b2 := hybrid.Limit{Rate: slow, Burst: 2}
+	opt := hybrid.Limit{Rate: slow, Burst: 10, Mode: hybrid.Optimistic}
+	opt2 := hybrid.Limit{Rate: slow, Burst: 2, Mode: hybrid.Optimistic}
+	exact := hybrid.Limit{Rate: slow, Burst: 10, Mode: hybrid.Exact}
+	type step struct {
+		lim     hybrid.Limit
+		allowed bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		// want is what the Redis bucket holds once every round is done,
+		// in tokens.
+		want int64
+	}{
+		{
+			// Under burst 10 the first decision leases 2 tokens and spends
+			// one. Burst 2 then admits two more (Redis clamps its 8 tokens
+			// to 2) and denies the third; with burst 10 it would admit 8.
+			// The token left of the old lease goes back: 1 token in Redis.
+			name:  "burst 10 to 2",
+			steps: []step{{b10, true}, {b2, true}, {b2, true}, {b2, false}, {b2, false}},
+			want:  1,
+		},
+		{
+			// The lease (2 tokens, 1 spent) is let go; the optimistic budget
+			// spends 2 more: 10 - 2 leased + 1 returned - 2 charged = 7.
+			name:  "lease to optimistic",
+			steps: []step{{b10, true}, {opt, true}, {opt, true}},
+			want:  7,
+		},
+		{
+			// The optimistic budget was never reserved in Redis: it must
+			// not turn into a lease. The 4 admitted are charged.
+			name:  "optimistic to lease",
+			steps: []step{{opt, true}, {b10, true}, {b10, true}, {b10, true}},
+			want:  6,
+		},
+		{
+			// Redis holds 9 tokens after the Exact decision: the optimistic
+			// budget comes from them, as it does after a lease.
+			name:  "exact to optimistic",
+			steps: []step{{exact, true}, {opt, true}, {opt, true}},
+			want:  7,
+		},
+		{
+			// Like a new key under burst 2, two more are admitted; the
+			// bucket, clamped to 2, is charged 3.
+			name:  "optimistic burst 10 to 2",
+			steps: []step{{opt, true}, {opt2, true}, {opt2, true}, {opt2, false}, {opt2, false}},
+			want:  -1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				start := time.Now()
+				for i, s := range tt.steps {
+					res, err := l.Allow(context.Background(), "k", s.lim)
+					if err != nil || res.Allowed != s.allowed || res.Limit != s.lim {
+						t.Errorf("step %d: Allow(k, %+v) = %+v, %v, want allowed %v under that limit", i, s.lim, res, err, s.allowed)
+					}
+				}
+				settle(3 * interval)
+				slack := int64(slow * micro * time.Since(start).Seconds())
+				wantTokens(t, f.m, "k", tt.want*micro, slack+1)
+			})
+		})
+	}
+}
+
+// TestReserveCancel: an allowed reservation that is cancelled gives its
+// token back, so that a later request is allowed where it would have been
+// denied; a second Cancel and the Cancel of a denied reservation do
+// nothing; Redis is charged, in the end, for the tokens kept. An Exact limit
+// was charged in Redis by its script call: the token goes back there at the
+// next round, as Cancel does no I/O. While Redis is unreachable, the token
+// goes back to the fallback's local bucket.
+func TestReserveCancel(t *testing.T) {
+	tests := []struct {
+		name string
+		mode hybrid.Mode
+		down bool // Redis unreachable: the fallback's local bucket decides
+	}{
+		{"lease", hybrid.Lease, false},
+		{"optimistic", hybrid.Optimistic, false},
+		{"exact", hybrid.Exact, false},
+		{"fallback", hybrid.Lease, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inFleet(t, 1, hybrid.Config{Instances: 1}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				mode := tt.mode
+				lim := hybrid.Limit{Rate: slow, Burst: 2, Mode: mode}
+				ctx := context.Background()
+				start := time.Now()
+				f.setDown(tt.down)
+				// back is how long a cancelled token takes to be usable.
+				var back time.Duration
+				if mode == hybrid.Exact {
+					back = interval
+				}
+				allow := func(step string, want bool) {
+					t.Helper()
+					res, err := l.Allow(ctx, "k", lim)
+					if err != nil || res.Allowed != want {
+						t.Errorf("%s: Allow = %+v, %v, want allowed %v", step, res, err, want)
+					}
+					if tt.down && res.Source != hybrid.SourceFallback {
+						t.Errorf("%s: Allow from %v, want fallback", step, res.Source)
+					}
+				}
+				reserve := func(step string, want bool) *hybrid.Reservation {
+					t.Helper()
+					r, err := l.Reserve(ctx, "k", lim, 1)
+					if err != nil {
+						t.Fatalf("%s: Reserve: %v", step, err)
+					}
+					if r.OK() != want || r.Result().Allowed != want {
+						t.Errorf("%s: Reserve: OK() = %v, Result %+v, want allowed %v", step, r.OK(), r.Result(), want)
+					}
+					return r
+				}
+
+				allow("first token", true)
+				r := reserve("second token", true)
+				allow("bucket empty", false)
+				r.Cancel()
+				settle(back)
+				allow("after Cancel", true)
+				allow("after Cancel, bucket empty again", false)
+
+				// The token given back is spent again: a second Cancel must
+				// not give it back twice.
+				r.Cancel()
+				settle(back)
+				allow("after a second Cancel", false)
+
+				d := reserve("bucket empty", false)
+				d.Cancel()
+				settle(back)
+				allow("after the Cancel of a denied reservation", false)
+
+				if st := l.Stats(); st.Refunds != 1 {
+					t.Errorf("Stats().Refunds = %d, want 1", st.Refunds)
+				}
+				// Two tokens were kept: Redis is charged those, once.
+				f.setDown(false)
+				settle(2*openTimeout + 3*interval)
+				slack := int64(slow*micro*time.Since(start).Seconds()) + 1
+				wantTokens(t, f.m, "k", 0, slack)
+			})
+		})
+	}
+}
+
+// TestWait: WaitN on an exhausted bucket returns once the bucket has
+// refilled, about RetryAfter later; with a deadline too close it returns
+// ErrWouldWait at once; a cancelled ctx ends it with ctx's error.
+func TestWait(t *testing.T) {
+	lim := hybrid.Limit{Rate: 1, Burst: 1}
+	// exhaust spends the key's only token and returns the denial's
+	// RetryAfter.
+	exhaust := func(t *testing.T, l *hybrid.Limiter, key string) time.Duration {
+		t.Helper()
+		if res, err := l.Allow(context.Background(), key, lim); err != nil || !res.Allowed {
+			t.Fatalf("Allow(%s) = %+v, %v, want allowed", key, res, err)
+		}
+		res, err := l.Allow(context.Background(), key, lim)
+		if err != nil || res.Allowed || res.RetryAfter <= 0 {
+			t.Fatalf("Allow(%s) = %+v, %v, want denied with a RetryAfter", key, res, err)
+		}
+		return res.RetryAfter
+	}
+
+	t.Run("waits", func(t *testing.T) {
+		inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+			l := f.lims[0]
+			retry := exhaust(t, l, "k")
+			start := time.Now()
+			if err := l.WaitN(context.Background(), "k", lim, 1); err != nil {
+				t.Fatalf("WaitN = %v", err)
+			}
+			// The token is back in Redis one second after it was taken; the
+			// lease that brings it comes with a round.
+			got := time.Since(start)
+			t.Logf("RetryAfter %v; WaitN returned after %v", retry, got)
+			if got < time.Second || got > retry+interval {
+				t.Errorf("WaitN returned after %v, want between 1s (the refill) and RetryAfter %v + one round", got, retry)
+			}
+		})
+	})
+
+	t.Run("deadline too close", func(t *testing.T) {
+		inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+			l := f.lims[0]
+			retry := exhaust(t, l, "k")
+			ctx, cancel := context.WithTimeout(context.Background(), retry/2)
+			defer cancel()
+			start := time.Now()
+			err := l.WaitN(ctx, "k", lim, 1)
+			if !errors.Is(err, hybrid.ErrWouldWait) {
+				t.Errorf("WaitN with a deadline in %v, RetryAfter %v: %v, want ErrWouldWait", retry/2, retry, err)
+			}
+			if got := time.Since(start); got != 0 {
+				t.Errorf("WaitN took %v to give up, want 0", got)
+			}
+		})
+	})
+
+	t.Run("cancelled", func(t *testing.T) {
+		inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+			l := f.lims[0]
+			exhaust(t, l, "k")
+			ctx, cancel := context.WithCancel(context.Background())
+			const after = 300 * time.Millisecond
+			go func() {
+				time.Sleep(after)
+				cancel()
+			}()
+			start := time.Now()
+			if err := l.Wait(ctx, "k", lim); !errors.Is(err, context.Canceled) {
+				t.Errorf("Wait, cancelled after %v: %v, want context.Canceled", after, err)
+			}
+			if got := time.Since(start); got != after {
+				t.Errorf("Wait returned after %v, want %v (when ctx was cancelled)", got, after)
+			}
+			if err := l.Wait(ctx, "k", lim); !errors.Is(err, context.Canceled) {
+				t.Errorf("Wait with a cancelled ctx: %v, want context.Canceled", err)
+			}
+		})
+	})
+}
+
+// TestExact: an Exact limit asks Redis for every decision, one script call
+// each, and is exact: capacity 10 refilled 5/s admits 10 at once, then 5 a
+// second later.
+func TestExact(t *testing.T) {
+	lim := hybrid.Limit{Rate: 5, Burst: 10, Mode: hybrid.Exact}
+	steps := []struct {
+		wait    time.Duration // before the step
+		allowed int           // decisions allowed in a row, then one denied
+	}{
+		{0, 10},
+		{time.Second, 5},
+		{400 * time.Millisecond, 2},
+	}
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		ln := f.links[0]
+		// Load the script into Redis, so that no call below is an EVALSHA
+		// answered NOSCRIPT and sent again.
+		if _, err := l.Allow(context.Background(), "warm", lim); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range steps {
+			settle(s.wait)
+			before := ln.commands.Load()
+			for j := range s.allowed + 1 {
+				res, err := l.Allow(context.Background(), "k", lim)
+				want := j < s.allowed
+				if err != nil || res.Allowed != want || res.Source != hybrid.SourceRedis {
+					t.Errorf("step %d: decision %d = %+v, %v, want allowed %v from Redis", i, j+1, res, err, want)
+				}
+				if want && res.Remaining != int64(s.allowed-j-1) {
+					t.Errorf("step %d: decision %d: Remaining %d, want %d", i, j+1, res.Remaining, s.allowed-j-1)
+				}
+			}
+			if got, want := ln.commands.Load()-before, int64(s.allowed+1); got != want {
+				t.Errorf("step %d: %d Redis commands for %d decisions, want one each", i, got, want)
+			}
+		}
+		st := l.Stats()
+		if st.ExactAllowed != 18 || st.ExactDenied != 3 || st.ExactErrors != 0 {
+			t.Errorf("Stats: ExactAllowed %d, ExactDenied %d, ExactErrors %d, want 18, 3, 0", st.ExactAllowed, st.ExactDenied, st.ExactErrors)
+		}
+	})
+}
+
+// TestColdKeyOneFetch: 50 requests for a key this instance has never seen,
+// all at once, share the fetch from Redis, and admit exactly what the bucket
+// held: no request is denied while Redis still holds tokens for it.
+func TestColdKeyOneFetch(t *testing.T) {
+	for _, burst := range []int64{20, 50} {
+		t.Run(fmt.Sprint("burst ", burst), func(t *testing.T) {
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				lim := hybrid.Limit{Rate: slow, Burst: burst}
+				const callers = 50
+				var c tally
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range callers {
+					wg.Go(func() {
+						<-start
+						c.add(l.Allow(context.Background(), "cold", lim))
+					})
+				}
+				close(start)
+				wg.Wait()
+				c.check(t)
+				st := l.Stats()
+				t.Logf("%d allowed, %d denied; %d fetches, %d requests waited for one, %d denied after one", c.allowed.Load(), c.denied.Load(), st.Reconcile.Fetches, st.Fetched, st.RedisDenied)
+				if got, want := c.allowed.Load(), min(burst, callers); got != want {
+					t.Errorf("%d concurrent requests on a cold key with burst %d: %d allowed, want %d", callers, burst, got, want)
+				}
+				// Callers that come after a fetch has returned start another
+				// one, and a fetch grants a lease, not the whole bucket: a
+				// few fetches, far fewer than callers.
+				if st.Reconcile.Fetches > callers/5 {
+					t.Errorf("%d fetches for %d callers of one cold key, want them shared (at most %d)", st.Reconcile.Fetches, callers, callers/5)
+				}
+			})
+		})
+	}
+}
+
+// TestEviction: a store of 10 keys, 100 keys touched once each. What an
+// evicted key owes is settled at the next round: under an optimistic limit
+// its pending consumption is charged; under a lease, the unspent part of its
+// lease goes back. Once the rounds are done, Redis holds for each key its
+// burst less what was admitted, and nothing is left owing.
+func TestEviction(t *testing.T) {
+	const (
+		keys  = 100
+		burst = 20 // a lease of 5 tokens: 4 go back on eviction
+	)
+	tests := []struct {
+		mode   hybrid.Mode
+		rounds int // until everything is settled
+	}{
+		{hybrid.Optimistic, 1},
+		// The keys still tracked hold their leases for a round more.
+		{hybrid.Lease, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			inFleet(t, 1, hybrid.Config{MaxKeys: 10}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				lim := hybrid.Limit{Rate: slow, Burst: burst, Mode: tt.mode}
+				start := time.Now()
+				admitted := 0
+				for i := range keys {
+					res, err := l.Allow(context.Background(), fmt.Sprint("k", i), lim)
+					if err != nil {
+						t.Fatalf("Allow(k%d) = %v", i, err)
+					}
+					if res.Allowed {
+						admitted++
+					}
+				}
+				if admitted != keys {
+					t.Errorf("%d of %d new keys admitted, want all", admitted, keys)
+				}
+				st := l.Stats()
+				if st.Reconcile.Keys > 10 || st.Reconcile.Evicted < keys-10 {
+					t.Errorf("Stats: %d keys tracked, %d evicted, want at most 10 and at least %d", st.Reconcile.Keys, st.Reconcile.Evicted, keys-10)
+				}
+				settle(time.Duration(tt.rounds) * interval)
+				slack := int64(slow*micro*time.Since(start).Seconds()) + 1
+				var charged int64
+				for i := range keys {
+					charged += burst*micro - tokensIn(t, f.m, fmt.Sprint("k", i))
+				}
+				if want := int64(admitted) * micro; charged > want || charged < want-keys*slack {
+					t.Errorf("Redis was charged %d micro-tokens for %d admitted, want %d (less at most %d of refill)", charged, admitted, want, keys*slack)
+				}
+				if st := l.Stats(); st.Reconcile.Orphans != 0 || st.Reconcile.KeyErrors != 0 {
+					t.Errorf("after the rounds: %d orphans, %d key errors, want none", st.Reconcile.Orphans, st.Reconcile.KeyErrors)
+				}
+			})
+		})
+	}
+}
+
+// TestClose: Close settles for the last time (leases go back, consumption is
+// charged), stops every goroutine (the bubble fails the test otherwise) and
+// is idempotent; decisions after it are ErrClosed.
+func TestClose(t *testing.T) {
+	m := miniredis.RunT(t)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t, m, 1, hybrid.Config{})
+		l := f.lims[0]
+		ctx := context.Background()
+		lease := hybrid.Limit{Rate: slow, Burst: 10}
+		opt := hybrid.Limit{Rate: slow, Burst: 10, Mode: hybrid.Optimistic}
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		admitted := map[string]int64{}
+		steps := []struct {
+			key  string
+			lim  hybrid.Limit
+			n    int
+			wait time.Duration // after the step
+		}{
+			{"a", lease, 6, 0},
+			{"b", lease, 1, 0},
+			{"c", opt, 3, 2 * interval}, // rounds resize and return leases
+			{"a", lease, 2, 0},          // a holds a lease again
+			{"c", opt, 1, 0},            // pending at Close
+		}
+		for i, s := range steps {
+			for range s.n {
+				res, err := l.Allow(ctx, s.key, s.lim)
+				if err != nil || !res.Allowed {
+					t.Fatalf("step %d: Allow(%s) = %+v, %v, want allowed", i, s.key, res, err)
+				}
+				admitted[s.key]++
+			}
+			settle(s.wait)
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Errorf("second Close = %v, want nil", err)
+		}
+		slack := int64(slow*micro*time.Since(start).Seconds()) + 1
+		for _, key := range []string{"a", "b", "c"} {
+			wantTokens(t, m, key, (10-admitted[key])*micro, slack)
+		}
+		if _, err := l.Allow(ctx, "a", lease); !errors.Is(err, hybrid.ErrClosed) {
+			t.Errorf("Allow after Close: %v, want ErrClosed", err)
+		}
+		if _, err := l.Allow(ctx, "new", opt); !errors.Is(err, hybrid.ErrClosed) {
+			t.Errorf("Allow of a new key after Close: %v, want ErrClosed", err)
+		}
+		if _, err := l.Reserve(ctx, "a", lease, 1); !errors.Is(err, hybrid.ErrClosed) {
+			t.Errorf("Reserve after Close: %v, want ErrClosed", err)
+		}
+		if err := l.Wait(ctx, "a", lease); !errors.Is(err, hybrid.ErrClosed) {
+			t.Errorf("Wait after Close: %v, want ErrClosed", err)
+		}
+		if ms, _ := m.ZMembers("hybrid:fleet{fleet}"); len(ms) != 0 {
+			t.Errorf("fleet after Close: %q, want the instance gone", ms)
+		}
+		// Nothing more reaches Redis, and nothing runs: the bubble would
+		// fail the test if a goroutine outlived it.
+		before := f.commands()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if got := f.commands() - before; got != 0 {
+			t.Errorf("%d Redis commands after Close, want 0", got)
+		}
+	})
+}
+
+// TestStats: the counters move as the decisions of a short script say.
+func TestStats(t *testing.T) {
+	lim := hybrid.Limit{Rate: slow, Burst: 2}
+	inFleet(t, 2, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		a, b := f.lims[0], f.lims[1]
+		ctx := context.Background()
+		var r *hybrid.Reservation
+		steps := []struct {
+			name string
+			do   func() (hybrid.Result, error)
+			// want is the decision, and a's counters after it.
+			allowed                                    bool
+			localDenied, fetched, redisDenied, refunds uint64
+		}{
+			{"a: new key, fetched", func() (hybrid.Result, error) { return a.Allow(ctx, "k", lim) }, true, 0, 1, 0, 0},
+			{"b: takes the last token", func() (hybrid.Result, error) { return b.Allow(ctx, "k", lim) }, true, 0, 1, 0, 0},
+			{"a: lease spent, Redis had a token, empty now", func() (hybrid.Result, error) { return a.Allow(ctx, "k", lim) }, false, 0, 2, 1, 0},
+			{"a: fresh view shows it empty", func() (hybrid.Result, error) { return a.Allow(ctx, "k", lim) }, false, 1, 2, 1, 0},
+			{"a: denied reservation", func() (hybrid.Result, error) {
+				r, err := a.Reserve(ctx, "k", lim, 1)
+				if err != nil {
+					return hybrid.Result{}, err
+				}
+				r.Cancel() // does nothing
+				return r.Result(), nil
+			}, false, 2, 2, 1, 0},
+			{"a: reservation on a new key", func() (hybrid.Result, error) {
+				var err error
+				r, err = a.Reserve(ctx, "k2", lim, 1)
+				if err != nil {
+					return hybrid.Result{}, err
+				}
+				return r.Result(), nil
+			}, true, 2, 3, 1, 0},
+			{"a: cancelled", func() (hybrid.Result, error) { r.Cancel(); return r.Result(), nil }, true, 2, 3, 1, 1},
+			{"a: cancelled again", func() (hybrid.Result, error) { r.Cancel(); return r.Result(), nil }, true, 2, 3, 1, 1},
+			{"a: the refunded token", func() (hybrid.Result, error) { return a.Allow(ctx, "k2", lim) }, true, 2, 3, 1, 1},
+		}
+		for _, s := range steps {
+			res, err := s.do()
+			if err != nil || res.Allowed != s.allowed {
+				t.Errorf("%s: %+v, %v, want allowed %v", s.name, res, err, s.allowed)
+			}
+			st := a.Stats()
+			got := [4]uint64{st.LocalDenied, st.Fetched, st.RedisDenied, st.Refunds}
+			if want := [4]uint64{s.localDenied, s.fetched, s.redisDenied, s.refunds}; got != want {
+				t.Errorf("%s: LocalDenied, Fetched, RedisDenied, Refunds = %v, want %v", s.name, got, want)
+			}
+		}
+		st := a.Stats()
+		if st.Degraded || st.FallbackAllowed+st.FallbackDenied != 0 || st.Reconcile.FetchErrors != 0 {
+			t.Errorf("Stats: Degraded %v, %d fallback decisions, %d fetch errors, want false, 0, 0", st.Degraded, st.FallbackAllowed+st.FallbackDenied, st.Reconcile.FetchErrors)
+		}
+	})
+}
+
+// TestIdleLeaseGoesBack: a lease that a key holds when it goes idle goes
+// back to Redis within a few rounds, so that other instances can spend it.
+func TestIdleLeaseGoesBack(t *testing.T) {
+	const burst = 20 // a first lease of 2 tokens: a quarter of a's share
+	lim := hybrid.Limit{Rate: slow, Burst: burst}
+	inFleet(t, 2, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		settle(time.Second) // both instances count the fleet
+		a, b := f.lims[0], f.lims[1]
+		start := time.Now()
+		// a leases a few tokens, spends one and goes idle.
+		if res, err := a.Allow(context.Background(), "k", lim); err != nil || !res.Allowed {
+			t.Fatalf("a: Allow = %+v, %v, want allowed", res, err)
+		}
+		settle(5 * interval)
+		slack := int64(slow*micro*time.Since(start).Seconds()) + 1
+		wantTokens(t, f.m, "k", (burst-1)*micro, slack)
+		// b gets every token a did not spend.
+		for i := range burst - 1 {
+			if res, err := b.Allow(context.Background(), "k", lim); err != nil || !res.Allowed {
+				t.Errorf("b: Allow #%d = %+v, %v, want allowed: a spent 1 of %d", i+1, res, err, burst)
+			}
+		}
+	})
+}
+
+// TestColdKeyOptimistic: 50 requests at once for a key this instance has
+// never seen, under an optimistic limit, on a lone instance: its first
+// budget is the whole burst, given once, so exactly the burst is admitted.
+// The callers race to set the key up, so the test tries many keys.
+func TestColdKeyOptimistic(t *testing.T) {
+	const (
+		burst   = 20
+		callers = 50
+		keys    = 3000
+	)
+	lim := hybrid.Limit{Rate: slow, Burst: burst, Mode: hybrid.Optimistic}
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		bad := 0
+		for k := range keys {
+			key := fmt.Sprint("cold-", k)
+			var c tally
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range callers {
+				wg.Go(func() {
+					<-start
+					c.add(l.Allow(context.Background(), key, lim))
+				})
+			}
+			close(start)
+			wg.Wait()
+			c.check(t)
+			if got := c.allowed.Load(); got != burst {
+				if bad++; bad <= 3 {
+					t.Errorf("%s: %d concurrent requests on a cold key with burst %d: %d allowed, want %d", key, callers, burst, got, burst)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%d of %d cold keys admitted more or less than their burst", bad, keys)
+		}
+	})
+}

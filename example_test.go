@@ -1,0 +1,111 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid"
+)
+
+// An in-process Redis stands in for a real one in these examples.
+func newRedis() (*miniredis.Miniredis, *redis.Client) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	return m, redis.NewClient(&redis.Options{Addr: m.Addr()})
+}
+
+func Example() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// Three requests at once, then one a minute, for each user, across
+	// every instance that shares this Redis.
+	perUser := hybrid.Limit{Rate: 1.0 / 60, Burst: 3}
+	for range 4 {
+		res, err := lim.Allow(context.Background(), "user:42", perUser)
+		if err != nil {
+			panic(err) // misuse, or a closed Limiter: a denial is no error
+		}
+		if res.Allowed {
+			fmt.Printf("allowed, %d left\n", res.Remaining)
+		} else {
+			fmt.Printf("denied, retry in about %v\n", res.RetryAfter.Round(time.Minute))
+		}
+	}
+	// Output:
+	// allowed, 2 left
+	// allowed, 1 left
+	// allowed, 0 left
+	// denied, retry in about 1m0s
+}
+
+func ExampleReservation_Cancel() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	upload := hybrid.Limit{Rate: 1.0 / 60, Burst: 1}
+	r, err := lim.Reserve(context.Background(), "tenant:7", upload, 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("reserved:", r.OK())
+
+	// The upload was rejected for another reason: give the token back.
+	r.Cancel()
+
+	res, err := lim.Allow(context.Background(), "tenant:7", upload)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("next upload allowed:", res.Allowed)
+	// Output:
+	// reserved: true
+	// next upload allowed: true
+}
+
+func ExampleLimiter_Wait() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// One job a minute.
+	jobs := hybrid.Limit{Rate: 1.0 / 60, Burst: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	fmt.Println("first job:", lim.Wait(ctx, "jobs", jobs))
+
+	// The next token is a minute away, past ctx's deadline: Wait says so at
+	// once instead of waiting for nothing.
+	err = lim.Wait(ctx, "jobs", jobs)
+	fmt.Println("second job would wait:", errors.Is(err, hybrid.ErrWouldWait))
+	// Output:
+	// first job: <nil>
+	// second job would wait: true
+}

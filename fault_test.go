@@ -1,0 +1,395 @@
+package hybrid_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
+)
+
+// The fault tests cut the links between the instances and Redis, or change
+// Redis behind their back, in a synctest bubble: an outage lasts exactly as
+// long as the test says, and the breaker's timeouts run on the same clock.
+
+// openTimeout is how long the breaker stays open before it probes, by
+// default.
+const openTimeout = breaker.DefaultOpenTimeout
+
+// window counts one instance's decisions over a stretch of time.
+type window struct {
+	allowed, denied int64
+	bySource        [3]int64
+}
+
+// add counts res.
+func (w *window) add(res hybrid.Result) {
+	if res.Allowed {
+		w.allowed++
+		w.bySource[res.Source]++
+	} else {
+		w.denied++
+	}
+}
+
+// each makes every instance of f ask for key under lim once every gap, in
+// turn, for d, and returns each instance's decisions. after, if not nil, is
+// called after every turn with the turn's number. A decision that fails
+// fails the test.
+func each(t *testing.T, f *fleet, key string, lim hybrid.Limit, gap, d time.Duration, after func(turn int)) []window {
+	t.Helper()
+	ws := make([]window, len(f.lims))
+	for turn := 0; time.Duration(turn)*gap < d; turn++ {
+		for i, l := range f.lims {
+			res, err := l.Allow(context.Background(), key, lim)
+			if err != nil {
+				t.Fatalf("instance %d, turn %d: Allow(%s) = %v, want no error", i, turn, key, err)
+			}
+			ws[i].add(res)
+		}
+		if after != nil {
+			after(turn)
+		}
+		time.Sleep(gap)
+	}
+	return ws
+}
+
+// TestOutageLocalShare: 4 instances share R=100/s B=100 on a hot key when
+// every link to Redis is cut. Every decision still answers, without error;
+// the breakers trip after three failed calls and each instance then admits
+// its share, B/N + R/N*T over the outage. When the links are back, the
+// breakers close within two open timeouts and a round, the outage's
+// consumption is charged to Redis (the bucket sinks to -B, not below), and
+// decisions are made with Redis again.
+func TestOutageLocalShare(t *testing.T) {
+	const (
+		n      = 4
+		rate   = 100
+		burst  = 100
+		gap    = 10 * time.Millisecond // each instance asks for 100/s, 4x its share
+		outage = 2 * time.Second
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst}
+	inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		settle(time.Second) // heartbeats: every instance counts the fleet
+		for i, l := range f.lims {
+			if got := l.Stats().Reconcile.Instances; got != n {
+				t.Fatalf("instance %d counts %d instances, want %d", i, got, n)
+			}
+		}
+		each(t, f, "hot", lim, gap, time.Second, nil)
+		// Idle: the leases go back and the bucket fills up again, so that
+		// the instances hold nothing when the links are cut.
+		settle(1500 * time.Millisecond)
+
+		f.setDown(true)
+		start := time.Now()
+		out := each(t, f, "hot", lim, gap, outage, func(turn int) {
+			// Each turn's fetch fails, as do the rounds: after three
+			// turns the breakers are open.
+			if turn < 2 {
+				return
+			}
+			for i, l := range f.lims {
+				if st := l.Stats(); !st.Degraded || st.Reconcile.Breaker == breaker.Closed {
+					t.Fatalf("turn %d of the outage: instance %d: Degraded %v, breaker %v, want degraded", turn, i, st.Degraded, st.Reconcile.Breaker)
+				}
+			}
+		})
+		elapsed := time.Since(start)
+		share := float64(burst)/n + float64(rate)/n*elapsed.Seconds()
+		var admitted int64
+		for i, w := range out {
+			t.Logf("outage of %v: instance %d admitted %d (%d from fallback), denied %d; share %.1f", elapsed, i, w.allowed, w.bySource[hybrid.SourceFallback], w.denied, share)
+			if float64(w.allowed) > share {
+				t.Errorf("instance %d admitted %d during the outage, more than its share %.1f", i, w.allowed, share)
+			}
+			if float64(w.allowed) < share-2 {
+				t.Errorf("instance %d admitted %d during the outage, want its share %.1f", i, w.allowed, share)
+			}
+			if w.bySource[hybrid.SourceFallback] != w.allowed {
+				t.Errorf("instance %d: %d of %d admitted from fallback, want all: it held nothing when the links were cut", i, w.bySource[hybrid.SourceFallback], w.allowed)
+			}
+			admitted += w.allowed
+		}
+
+		// Links back: within two open timeouts and a round, every breaker
+		// closes; its probe settles the outage's consumption.
+		f.setDown(false)
+		deadline := 2*openTimeout + interval
+		back := time.Now()
+		for {
+			degraded := 0
+			for _, l := range f.lims {
+				if l.Stats().Degraded {
+					degraded++
+				}
+			}
+			if degraded == 0 {
+				break
+			}
+			if time.Since(back) > deadline {
+				t.Fatalf("%d instances still degraded %v after the links came back, want none after %v", degraded, time.Since(back), deadline)
+			}
+			settle(interval / 10)
+		}
+		settle(interval)
+		for i, l := range f.lims {
+			st := l.Stats()
+			if st.Degraded || st.Reconcile.Breaker != breaker.Closed || st.Reconcile.Orphans != 0 {
+				t.Errorf("instance %d after recovery: Degraded %v, breaker %v, %d orphans, want closed and settled", i, st.Degraded, st.Reconcile.Breaker, st.Reconcile.Orphans)
+			}
+		}
+		// The bucket was full when the links were cut; the fleet admitted
+		// more than 2B meanwhile, so the charge sinks it to -B, less what it
+		// refilled between the instances' settlements (one round at most).
+		if admitted < 2*burst+rate*int64(interval/time.Millisecond)/1000 {
+			t.Fatalf("the fleet admitted %d during the outage: too few to check the floor", admitted)
+		}
+		wantTokens(t, f.m, "hot", -burst*micro, rate*micro*int64(interval/time.Millisecond)/1000)
+		t.Logf("the fleet admitted %d during the outage; Redis bucket after recovery: %d micro-tokens", admitted, tokensIn(t, f.m, "hot"))
+
+		// Decisions are made with Redis again: in debt, the bucket denies.
+		for i, l := range f.lims {
+			res, err := l.Allow(context.Background(), "hot", lim)
+			if err != nil || res.Source == hybrid.SourceFallback || res.Allowed {
+				t.Errorf("instance %d after recovery: Allow = %+v, %v, want denied on the bucket in debt, not by fallback", i, res, err)
+			}
+		}
+	})
+}
+
+// TestOutagePolicies: each fallback policy over the same outage: one
+// instance asks for a key limited to R=10/s B=10 every 10ms for 1s with its
+// link cut. What the policy admitted is charged once Redis is back.
+func TestOutagePolicies(t *testing.T) {
+	lim := hybrid.Limit{Rate: 10, Burst: 10}
+	tests := []struct {
+		fb   hybrid.Fallback
+		want int64 // admitted over the 100 decisions
+	}{
+		{hybrid.FailOpen, 100},
+		{hybrid.FailClosed, 0},
+		// The local bucket starts full and refills 0.2 tokens a decision:
+		// floor(5 + 20*0.99).
+		{hybrid.Static(hybrid.Limit{Rate: 20, Burst: 5}), 24},
+		// One instance: its share is the whole limit, floor(10 + 10*0.99).
+		{hybrid.LocalShare, 19},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fb.String(), func(t *testing.T) {
+			inFleet(t, 1, hybrid.Config{Instances: 1, Fallback: tt.fb}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				f.setDown(true)
+				w := each(t, f, "k", lim, 10*time.Millisecond, time.Second, nil)[0]
+				if w.allowed != tt.want || w.allowed+w.denied != 100 {
+					t.Errorf("%v: %d of %d admitted during the outage, want %d of 100", tt.fb, w.allowed, w.allowed+w.denied, tt.want)
+				}
+				if w.bySource[hybrid.SourceFallback] != w.allowed {
+					t.Errorf("%v: %d admitted from fallback, want all %d", tt.fb, w.bySource[hybrid.SourceFallback], w.allowed)
+				}
+				st := l.Stats()
+				if st.FallbackAllowed != uint64(tt.want) || st.FallbackDenied != uint64(100-tt.want) {
+					t.Errorf("Stats: FallbackAllowed %d, FallbackDenied %d, want %d, %d", st.FallbackAllowed, st.FallbackDenied, tt.want, 100-tt.want)
+				}
+				f.setDown(false)
+				settle(2*openTimeout + interval)
+				if st := l.Stats(); st.Degraded || st.Reconcile.Orphans != 0 {
+					t.Errorf("after recovery: Degraded %v, %d orphans, want neither", st.Degraded, st.Reconcile.Orphans)
+				}
+				if tt.want == 0 {
+					if f.m.Exists("hybrid:{k}") {
+						t.Errorf("Redis has a bucket for k, want none: nothing was admitted")
+					}
+					return
+				}
+				// The key was never in Redis: its bucket starts full when
+				// the outage is charged, and sinks to -B at most.
+				wantTokens(t, f.m, "k", max(10-tt.want, -10)*micro, 0)
+			})
+		})
+	}
+}
+
+// TestRedisLosesData: Redis forgets everything (FLUSHALL) in the middle of a
+// run. The fleet carries on without an error, the bucket starts full again,
+// and the key keeps admitting at its rate.
+func TestRedisLosesData(t *testing.T) {
+	const (
+		rate  = 10
+		burst = 20
+		gap   = 25 * time.Millisecond // each instance asks for 40/s: 8x the limit for two
+	)
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: rate, Burst: burst, Mode: mode}
+			inFleet(t, 2, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				settle(time.Second)
+				var before tally
+				drive(f, "k", lim, gap, 2*time.Second, &before, nil)
+				before.check(t)
+				f.m.FlushAll()
+				var first, second tally
+				drive(f, "k", lim, gap, time.Second, &first, nil)
+				drive(f, "k", lim, gap, time.Second, &second, nil)
+				first.check(t)
+				second.check(t)
+				got := first.allowed.Load() + second.allowed.Load()
+				t.Logf("admitted %d in the 2s before FLUSHALL, %d in the 2s after (%d, then %d)", before.allowed.Load(), got, first.allowed.Load(), second.allowed.Load())
+				// The bucket starts full again: B + R*2s, within what the
+				// instances held when Redis forgot (leases, budgets; at most
+				// B) and the optimistic overshoot.
+				ideal := int64(burst + rate*2)
+				if lo := ideal * 9 / 10; got < lo {
+					t.Errorf("admitted %d in the 2s after FLUSHALL, want at least %d (the bucket starts full again)", got, lo)
+				}
+				if hi := ideal + burst + f.lims[0].Overshoot(lim); got > hi {
+					t.Errorf("admitted %d in the 2s after FLUSHALL, want at most %d", got, hi)
+				}
+				// Not stuck: the last second admits the rate.
+				if n := second.allowed.Load(); n < rate*8/10 {
+					t.Errorf("admitted %d in the last second, want about %d", n, rate)
+				}
+				for i, l := range f.lims {
+					st := l.Stats()
+					if st.Degraded || st.FallbackAllowed+st.FallbackDenied != 0 || st.Reconcile.KeyErrors+st.Reconcile.FetchErrors != 0 {
+						t.Errorf("instance %d: %+v, want no fallback and no errors", i, st)
+					}
+				}
+				if n := tokensIn(t, f.m, "k"); n < -burst*micro || n > burst*micro {
+					t.Errorf("Redis bucket holds %d micro-tokens, want within ±%d", n, burst*micro)
+				}
+				if ms, _ := f.m.ZMembers("hybrid:fleet{fleet}"); len(ms) != 2 {
+					t.Errorf("fleet after FLUSHALL: %q, want both instances back", ms)
+				}
+			})
+		})
+	}
+}
+
+// TestFailedRoundKeepsConsumption: rounds that fail keep what they were to
+// settle, and the first round that succeeds settles it once: consumption
+// is charged, not dropped and not charged twice, and unspent leases go back.
+func TestFailedRoundKeepsConsumption(t *testing.T) {
+	const burst = 100
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: slow, Burst: burst, Mode: mode}
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				start := time.Now()
+				admitted := int64(0)
+				take := func(k int) {
+					t.Helper()
+					for range k {
+						res, err := l.Allow(context.Background(), "k", lim)
+						if err != nil || !res.Allowed {
+							t.Fatalf("Allow = %+v, %v, want allowed", res, err)
+						}
+						admitted++
+					}
+				}
+				steps := []struct {
+					down bool // the link, during the step
+					take int
+					wait time.Duration
+				}{
+					{false, 5, interval / 2},
+					{true, 5, 2 * interval}, // two rounds fail
+					{false, 0, 3 * interval},
+				}
+				for _, s := range steps {
+					f.setDown(s.down)
+					take(s.take)
+					settle(s.wait)
+				}
+				st := l.Stats()
+				if st.Reconcile.RoundErrors < 2 || st.Reconcile.KeyErrors < 2 {
+					t.Errorf("Stats: %d round errors, %d key errors, want at least 2 of each", st.Reconcile.RoundErrors, st.Reconcile.KeyErrors)
+				}
+				if st.Reconcile.Orphans != 0 {
+					t.Errorf("Stats: %d orphans, want 0", st.Reconcile.Orphans)
+				}
+				slack := int64(slow*micro*time.Since(start).Seconds()) + 1
+				wantTokens(t, f.m, "k", (burst-admitted)*micro, slack)
+			})
+		})
+	}
+}
+
+// TestWrongType: a bucket key that holds something else (WRONGTYPE) makes
+// that key's decisions fall back or deny, never fail or panic; other keys
+// and the breaker are not affected; once the key is deleted it works again.
+func TestWrongType(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			const burst = 20
+			lim := hybrid.Limit{Rate: 20, Burst: burst, Mode: mode}
+			other := hybrid.Limit{Rate: 1000, Burst: 1000, Mode: mode} // never denies here
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				ctx := context.Background()
+				const gap = 10 * time.Millisecond // 5x the limit
+				// run asks for k and other every gap for d, and returns k's
+				// decisions.
+				run := func(phase string, d time.Duration) window {
+					t.Helper()
+					var w window
+					for i := 0; time.Duration(i)*gap < d; i++ {
+						res, err := l.Allow(ctx, "k", lim)
+						if err != nil {
+							t.Fatalf("%s: Allow(k) = %v, want no error", phase, err)
+						}
+						w.add(res)
+						res, err = l.Allow(ctx, "other", other)
+						if err != nil || !res.Allowed || res.Source == hybrid.SourceFallback {
+							t.Fatalf("%s: Allow(other) = %+v, %v, want allowed with Redis", phase, res, err)
+						}
+						time.Sleep(gap)
+					}
+					return w
+				}
+				run("before", 300*time.Millisecond)
+				f.m.Del("hybrid:{k}") // miniredis's SET, unlike Redis's, keeps a key's type
+				if err := f.m.Set("hybrid:{k}", "x"); err != nil {
+					t.Fatal(err)
+				}
+				bad := run("WRONGTYPE", time.Second)
+				st := l.Stats()
+				t.Logf("with WRONGTYPE: k %+v; stats %+v", bad, st)
+				if bad.bySource[hybrid.SourceFallback] == 0 && bad.denied == 0 {
+					t.Errorf("with WRONGTYPE, every decision on k was allowed from Redis or the lease: %+v", bad)
+				}
+				if st.Reconcile.KeyErrors+st.Reconcile.FetchErrors+st.ExactErrors == 0 {
+					t.Errorf("with WRONGTYPE, no error counted: %+v", st)
+				}
+				if st.Degraded || st.Reconcile.Transitions != 0 {
+					t.Errorf("with WRONGTYPE on one key: Degraded %v, %d breaker transitions, want the breaker untouched", st.Degraded, st.Reconcile.Transitions)
+				}
+				if got, _ := f.m.Get("hybrid:{k}"); got != "x" {
+					t.Errorf("the string under hybrid:{k} became %q", got)
+				}
+
+				f.m.Del("hybrid:{k}")
+				settle(2 * interval)
+				errs := func() uint64 {
+					st := l.Stats()
+					return st.Reconcile.KeyErrors + st.Reconcile.FetchErrors + st.ExactErrors
+				}
+				before := errs()
+				good := run("after DEL", time.Second)
+				if good.bySource[hybrid.SourceFallback] != 0 || good.allowed == 0 {
+					t.Errorf("after DEL: k %+v, want admissions with Redis again", good)
+				}
+				if after := errs(); after != before {
+					t.Errorf("after DEL: %d more errors, want none", after-before)
+				}
+				if n := tokensIn(t, f.m, "k"); n < -burst*micro || n > burst*micro {
+					t.Errorf("after DEL: the bucket holds %d micro-tokens, want a valid bucket", n)
+				}
+			})
+		})
+	}
+}
