@@ -306,8 +306,10 @@ func TestFailedRoundKeepsConsumption(t *testing.T) {
 					settle(s.wait)
 				}
 				st := l.Stats()
-				if st.Reconcile.RoundErrors < 2 || st.Reconcile.KeyErrors < 2 {
-					t.Errorf("Stats: %d round errors, %d key errors, want at least 2 of each", st.Reconcile.RoundErrors, st.Reconcile.KeyErrors)
+				// A lease whose key is not starved has nothing to send while
+				// it still covers its requests: fewer of its rounds fail.
+				if st.Reconcile.RoundErrors < 1 || st.Reconcile.KeyErrors < 1 {
+					t.Errorf("Stats: %d round errors, %d key errors, want some: the test did not make a round fail", st.Reconcile.RoundErrors, st.Reconcile.KeyErrors)
 				}
 				if st.Reconcile.Orphans != 0 {
 					t.Errorf("Stats: %d orphans, want 0", st.Reconcile.Orphans)

@@ -269,9 +269,13 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		return l.denied(sp, lim, cost, v, now, SourceLocal), true, nil
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
-	// the concurrent requests for the key and sized for one; while Redis
-	// still has tokens after it, the ones it did not cover fetch again.
+	// the concurrent requests for the key; while Redis still has tokens
+	// after it, the ones it did not cover fetch again with a larger lease,
+	// and at last take their cost for themselves.
 	l.stats.fetched.Add(1)
+	if fresh { // a key in use whose lease ran dry: it grows
+		l.r.Starved(e, false)
+	}
 	for range maxFetches {
 		if err := l.r.Fetch(ctx, e, cost); err != nil {
 			if ctx.Err() != nil {
@@ -293,13 +297,24 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		}
 		l.r.Starved(e, false) // the next fetch asks for a larger lease
 	}
+	if e.View().Tokens >= cost {
+		// Other requests spent what the fetches brought: take this one's
+		// cost for it alone.
+		ok, err := l.r.Take(ctx, e, cost)
+		if ok {
+			return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
 	return l.denied(sp, lim, cost, e.View(), l.clock.Now(), SourceRedis), true, nil
 }
 
-// maxFetches bounds the fetches one request makes.
-const maxFetches = 4
+// maxFetches bounds the shared fetches one request waits for.
+const maxFetches = 3
 
 // spec returns the interned spec of lim, validating it the first time. A
 // known limit is found without a lock.

@@ -251,12 +251,22 @@ func (s *Store[X]) Tick(dst []*Entry[X]) []*Entry[X] {
 	if !s.track {
 		return dst
 	}
+	epoch := s.epoch.Load()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		dst = append(dst, sh.touched...)
-		clear(sh.touched)
-		sh.touched = sh.touched[:0]
+		// Entries touched in the new epoch while this Tick went through the
+		// shards were listed for the old one and will not be listed again:
+		// keep them for the next Tick too.
+		keep := sh.touched[:0]
+		for _, e := range sh.touched {
+			if e.touched.Load() == epoch {
+				keep = append(keep, e)
+			}
+		}
+		clear(sh.touched[len(keep):])
+		sh.touched = keep
 		sh.mu.Unlock()
 	}
 	return dst

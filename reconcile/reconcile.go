@@ -91,8 +91,9 @@ type Reconciler struct {
 	flights  singleflight.Group
 	stats    counters
 
-	mu      sync.Mutex // protects orphans and closed
+	mu      sync.Mutex // protects orphans, low and closed
 	orphans map[string]orphan
+	low     []*Entry // leases that ran low, for the next early round
 	closed  bool
 
 	stop context.CancelFunc
@@ -204,10 +205,13 @@ func (r *Reconciler) LocalCapacity() int64 { return r.lc }
 
 // Starved records that e's allowance could not pay for a request, or ran
 // low: its lease grows at the next round. With early, and if the global
-// bucket still held tokens at the last round, it also asks for an early
-// round (the first time since the last one). It never blocks.
+// bucket still held tokens at the last round, the key is also topped up in an
+// early round (the first time since the last round). It never blocks.
 func (r *Reconciler) Starved(e *Entry, early bool) {
 	if e.X.starve() && early && e.View().Tokens > 0 {
+		r.mu.Lock()
+		r.low = append(r.low, e)
+		r.mu.Unlock()
 		select {
 		case r.early <- struct{}{}:
 		default:

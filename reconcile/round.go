@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybrid/global"
@@ -41,8 +42,14 @@ func (r *Reconciler) loop(ctx context.Context) {
 				}
 				continue
 			}
+			r.topUp(ctx)
+			last = r.clock.Now()
+			continue
 		case <-soon.C:
 			waiting = false
+			r.topUp(ctx)
+			last = r.clock.Now()
+			continue
 		}
 		r.round(ctx)
 		last = r.clock.Now()
@@ -99,34 +106,76 @@ func (r *Reconciler) round(ctx context.Context) {
 	}
 	clear(r.batch)
 	r.takeOrphans()
+	r.send(ctx)
+}
+
+// topUp is an early round: it settles only the leases that ran low since the
+// last round, so that hot keys are topped up before they run dry, and leaves
+// the rest (sizing, idle leases, charges) to the regular rounds.
+func (r *Reconciler) topUp(ctx context.Context) {
+	r.mu.Lock()
+	r.batch = append(r.batch[:0], r.low...)
+	clear(r.low)
+	r.low = r.low[:0]
+	r.mu.Unlock()
+	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	for _, e := range r.batch {
+		sp := e.X.Spec()
+		if sp == nil || sp.Mode != Lease || e.Retired() {
+			continue
+		}
+		bal := e.Allowance.Load()
+		tgt := r.resize(e, sp, bal, e.X.clearStarved())
+		if bal < tgt {
+			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
+			r.owners = append(r.owners, owner{e, sp})
+		}
+	}
+	clear(r.batch)
+	r.send(ctx)
+}
+
+// maxBatch bounds the keys of one Settle call: a round with more is sent as
+// several calls, each with its own timeout, so that a large round cannot
+// time out as a whole and then fail again, larger, every round after.
+const maxBatch = 512
+
+// send settles r.sets and applies the replies: in calls of at most maxBatch
+// keys, each through the breaker.
+func (r *Reconciler) send(ctx context.Context) {
 	if len(r.sets) == 0 {
 		return
 	}
 	if cap(r.replies) < len(r.sets) {
 		r.replies = make([]global.Reply, len(r.sets))
 	}
-	replies := r.replies[:len(r.sets)]
-	start := r.clock.Now()
-	err := r.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, r.sets, replies) })
-	now := r.clock.Now()
 	r.stats.rounds.Add(1)
-	r.stats.lastRound.Store(int64(now - start))
-	for i := range r.sets {
-		rerr := err
-		if rerr == nil {
-			rerr = replies[i].Err
-		}
-		if rerr != nil {
-			r.restore(&r.sets[i], r.owners[i], true)
-		} else if r.apply(&r.sets[i], r.owners[i], &replies[i], now) {
-			r.hold(r.owners[i].e)
+	failed := false
+	for lo := 0; lo < len(r.sets); lo += maxBatch {
+		hi := min(lo+maxBatch, len(r.sets))
+		sets, replies := r.sets[lo:hi], r.replies[lo:hi]
+		start := r.clock.Now()
+		err := r.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, sets, replies) })
+		now := r.clock.Now()
+		r.stats.lastRound.Store(int64(now - start))
+		failed = failed || err != nil
+		for i := lo; i < hi; i++ {
+			rerr := err
+			if rerr == nil {
+				rerr = r.replies[i].Err
+			}
+			if rerr != nil {
+				r.restore(&r.sets[i], r.owners[i], true)
+			} else if r.apply(&r.sets[i], r.owners[i], &r.replies[i], now) {
+				r.hold(r.owners[i].e)
+			}
 		}
 	}
-	if err != nil {
+	if failed {
 		r.stats.roundErrors.Add(1)
 	}
 	clear(r.owners)
-	clear(replies)
+	clear(r.replies[:len(r.sets)])
 }
 
 // owner is whose a settlement is: an entry, or nobody for an orphan, and the
@@ -170,14 +219,14 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Sett
 }
 
 // resize adapts the allowance e keeps in lease mode to its use: double it if
-// it was starved since the last round, halve it if less than half of it was
-// used; within [one token, min(LocalCapacity, burst)]. It returns it in
+// it was starved since the last round, halve it if less than a quarter of it
+// was used (the gap between the two keeps a steady key from swinging); within [one token, min(LocalCapacity, burst)]. It returns it in
 // micro-tokens.
 func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64, starved bool) int64 {
 	t := r.target(e, sp)
 	if starved {
 		t *= 2
-	} else if bal > t/2 {
+	} else if bal > t/4*3 {
 		t /= 2
 	}
 	t = min(max(t-t%local.Micro, local.Micro), r.maxLease(sp)) // whole tokens
@@ -320,7 +369,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
 			tgt := r.target(e, sp)
-			if e.X.clearStarved() { // requests went unserved since: grow now
+			if e.X.starved() { // it ran dry since the last round: grow now (and the round grows it again)
 				tgt = r.resize(e, sp, bal, true)
 			}
 			s.Want = max(tgt, cost) - bal
@@ -382,4 +431,70 @@ func (r *Reconciler) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("reconcile: close: leave the fleet: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// Take asks Redis for cost micro-tokens of e's key for one request alone,
+// now, and reports whether they were granted: the way a request gets its
+// tokens when concurrent requests spent every lease a fetch brought. It waits
+// at most Config.ColdWait and no longer than ctx; a grant that arrives after
+// the caller gave up joins e's allowance.
+func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, error) {
+	sp := e.X.Spec()
+	if sp == nil || e.Retired() {
+		return false, fmt.Errorf("reconcile: take %q: entry gone", e.Key())
+	}
+	type result struct {
+		granted bool
+		err     error
+	}
+	ch := make(chan result, 1)
+	var decided atomic.Bool // set by whichever side decides first: the answer, or the caller giving up
+	if !r.goOwned(func() {
+		granted, err := r.take(e, sp, cost, &decided)
+		ch <- result{granted, err}
+	}) {
+		return false, ErrClosed
+	}
+	t := time.NewTimer(r.cfg.ColdWait)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.granted, res.err
+	case <-t.C:
+		r.stats.fetchTimeouts.Add(1)
+	case <-ctx.Done():
+	}
+	if !decided.CompareAndSwap(false, true) { // the answer came first: it is on its way
+		res := <-ch
+		return res.granted, res.err
+	}
+	return false, fmt.Errorf("reconcile: take %q: no answer within %v", e.Key(), r.cfg.ColdWait)
+}
+
+// take settles cost micro-tokens, all or nothing, for one request.
+func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) (bool, error) {
+	r.stats.fetches.Add(1)
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: cost, MinGrant: cost, Quantum: local.Micro}
+	sets := [1]global.Settlement{s}
+	var replies [1]global.Reply
+	err := r.br.Do(context.Background(), func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
+	if err == nil {
+		err = replies[0].Err
+	}
+	if err != nil {
+		decided.Store(true)
+		r.stats.fetchErrors.Add(1)
+		r.restore(&sets[0], owner{e, sp}, false)
+		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), err)
+	}
+	r.stats.keysSettled.Add(1)
+	e.SetView(local.View{Tokens: replies[0].Tokens, Seen: r.clock.Now()})
+	granted := replies[0].Granted
+	if !decided.CompareAndSwap(false, true) && granted > 0 { // the caller gave up
+		if !e.Allowance.Add(granted) { // nobody will spend it: give it back
+			r.addOrphan(e.Key(), sp, 0, granted)
+		}
+		return false, nil
+	}
+	return granted > 0, nil
 }

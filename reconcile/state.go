@@ -111,6 +111,9 @@ func (s *State) starve() bool {
 	return s.flags.Or(flagStarved)&flagStarved == 0
 }
 
+// starved reports whether the starved flag is set.
+func (s *State) starved() bool { return s.flags.Load()&flagStarved != 0 }
+
 // clearStarved clears the starved flag and reports whether it was set.
 func (s *State) clearStarved() bool { return s.flags.And(^flagStarved)&flagStarved != 0 }
 

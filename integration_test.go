@@ -1,0 +1,863 @@
+package hybrid_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/internal/redistest"
+	"github.com/hybridlimit/hybrid/local"
+)
+
+// The integration tests run Limiters against real redis-server processes on
+// loopback ports (internal/redistest). They skip when redis-server is not
+// installed, and fail instead when HYBRID_REQUIRE_REDIS=1.
+//
+// Load is paced with tickers; that is load generation, not synchronisation.
+// The tests wait for breaker transitions on channels fed by
+// breaker.Config.OnStateChange. The other waits are bounded polls on a
+// counter, because nothing signals them: the reconciler's round count, and
+// the goroutine count after Close.
+
+// Timeouts of the go-redis clients of the fleet test: a dead server is
+// detected within one of them.
+const itNetTimeout = 50 * time.Millisecond
+
+// TestIntegrationLeaseFleet runs 4 instances on one hot key in lease mode, at
+// 4x the limit, through a Redis crash (SIGKILL) and a restart with no data:
+//
+//  1. normal: the fleet admits at most B+R*T (T from Redis TIME) and at
+//     least 90% of it;
+//  2. outage: every decision is answered without an error, within a bounded
+//     time, and in under 1 ms at the 99th percentile once the breaker is
+//     open; the fallback (LocalShare) decides, within its own bound;
+//  3. recovery: every breaker closes again, the outage's consumption is
+//     charged to the new bucket, decisions come from the allowance and
+//     Redis again;
+//
+// and Close leaves no goroutine behind.
+func TestIntegrationLeaseFleet(t *testing.T) {
+	const (
+		instances = 4
+		workers   = 4 // goroutines per instance
+		rate      = 200
+		burst     = 100
+		normalFor = 3 * time.Second
+		outageFor = 2 * time.Second
+		afterFor  = time.Second     // load after recovery
+		stateWait = 5 * time.Second // bound on waiting for a breaker transition
+		roundWait = 2 * time.Second // bound on waiting for a round after recovery
+		leakWait  = 3 * time.Second // bound on waiting for goroutines to end
+		p99Bound  = time.Millisecond
+		margin    = 250 * time.Millisecond
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Lease}
+	// 4x the limit, spread over instances*workers goroutines.
+	period := time.Second * instances * workers / (4 * rate)
+
+	proc := redistest.Server(t)
+	if !proc.Owned() {
+		t.Skip("REDIS_ADDR names a server this test cannot kill")
+	}
+	clock := redistest.Client(t, proc) // Redis TIME and the bucket's hash
+	ctx := t.Context()
+	if err := clock.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	baseline := runtime.NumGoroutine()
+
+	cfg := hybrid.Config{}
+	bc := breaker.Config{}
+	callTimeout := breaker.DefaultCallTimeout
+	coldWait := callTimeout // Config.ColdWait 0 means the breaker's call timeout
+	fleet := make(itFleet, instances)
+	for i := range fleet {
+		fleet[i] = newITInstance(t, proc.Addr(), cfg, bc, "inst-"+strconv.Itoa(i))
+	}
+
+	// Phase 1: normal.
+	t1 := redisTime(t, clock)
+	normal := runITLoad(fleet, workers, "hot", lim, period, normalFor)
+	t2 := redisTime(t, clock)
+	normal.check(t, "normal")
+	window := t2.Sub(t1)
+	ideal := burst + rate*window.Seconds()
+	got := float64(normal.allowed())
+	t.Logf("normal: admitted %v of %d requests in %v (Redis TIME); B+R*T = %.1f; %.2f%% of it; sources %v",
+		got, len(normal.all), window, ideal, 100*got/ideal, normal.sources())
+	if got > ideal {
+		t.Errorf("normal: admitted %v, more than B+R*T = %.1f", got, ideal)
+	}
+	if got < 0.9*ideal {
+		t.Errorf("normal: admitted %v, less than 90%% of B+R*T = %.1f", got, ideal)
+	}
+	for i, in := range fleet {
+		if tr := in.states.since(0); len(tr) > 0 {
+			t.Errorf("normal: instance %d: breaker transitions with Redis up: %v", i, tr)
+		}
+	}
+
+	// Phase 2: outage. The load starts before the kill and goes on while
+	// the breakers open.
+	marks := fleet.marks()
+	var killAt time.Time
+	outage := runITLoad(fleet, workers, "hot", lim, period, outageFor, func() {
+		killAt = time.Now()
+		if err := proc.Kill(); err != nil {
+			t.Errorf("Kill: %v", err)
+		}
+	}, func() {
+		for i, in := range fleet {
+			if _, ok := in.states.wait(breaker.Open, marks[i], stateWait); !ok {
+				t.Errorf("outage: instance %d: breaker not open %v after the kill; transitions %v", i, stateWait, in.states.since(marks[i]))
+			}
+		}
+	}, func() {
+		for i, in := range fleet {
+			if !in.lim.Stats().Degraded {
+				t.Errorf("outage: instance %d: Stats().Degraded = false, want true", i)
+			}
+		}
+	})
+	outageEnd := time.Now()
+	outage.check(t, "outage")
+	opened := make([]time.Time, instances)
+	for i, in := range fleet {
+		if tr, ok := in.states.wait(breaker.Open, marks[i], 0); ok {
+			opened[i] = tr.at
+		}
+	}
+	var all, afterOpen []time.Duration
+	perInst := make([]int, instances)
+	fallbackAdmitted, fallbackPerInst := 0, make([]int, instances)
+	for _, d := range outage.all {
+		all = append(all, d.lat)
+		if !opened[d.inst].IsZero() && d.start.After(opened[d.inst]) {
+			afterOpen = append(afterOpen, d.lat)
+		}
+		if d.allowed {
+			perInst[d.inst]++
+			if d.src == hybrid.SourceFallback {
+				fallbackAdmitted++
+				fallbackPerInst[d.inst]++
+			}
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(afterOpen)
+	t.Logf("outage: %d decisions, latency p50 %v, p99 %v, max %v; after the breaker opened: %d decisions, p50 %v, p99 %v, max %v",
+		len(all), pct(all, 0.50), pct(all, 0.99), pct(all, 1),
+		len(afterOpen), pct(afterOpen, 0.50), pct(afterOpen, 0.99), pct(afterOpen, 1))
+	for i := range fleet {
+		t.Logf("outage: instance %d: breaker open %v after the kill; admitted %d (%d by the fallback)",
+			i, opened[i].Sub(killAt).Round(time.Millisecond), perInst[i], fallbackPerInst[i])
+	}
+	if bound := coldWait + callTimeout + margin; pct(all, 1) > bound {
+		t.Errorf("outage: slowest decision took %v, more than ColdWait %v + CallTimeout %v + %v", pct(all, 1), coldWait, callTimeout, margin)
+	}
+	if len(afterOpen) == 0 {
+		t.Errorf("outage: no decision after the breakers opened")
+	} else if p := pct(afterOpen, 0.99); p >= p99Bound {
+		t.Errorf("outage: p99 latency after the breaker opened is %v, want under %v", p, p99Bound)
+	}
+	// LocalShare: each instance has a local bucket of B/N, refilled at R/N
+	// and full at its first use (after the kill), so the fallback admits at
+	// most about B + R*T over the fleet.
+	var fbBound float64
+	outageWindow := outageEnd.Sub(killAt).Seconds()
+	for i, in := range fleet {
+		if fallbackPerInst[i] == 0 {
+			t.Errorf("outage: instance %d: no decision by the fallback", i)
+		}
+		n := in.lim.Stats().Reconcile.Instances
+		fbBound += float64(burst/n) + rate/float64(n)*outageWindow
+	}
+	t.Logf("outage: admitted %d over the fleet, %d of them by the fallback (LocalShare bound %.1f over %.2fs); sources %v",
+		outage.allowed(), fallbackAdmitted, fbBound, outageWindow, outage.sources())
+	if float64(fallbackAdmitted) > fbBound+instances { // a token of rounding per instance
+		t.Errorf("outage: the fallback admitted %d, more than its share %.1f", fallbackAdmitted, fbBound)
+	}
+
+	// Phase 3: recovery.
+	marks = fleet.marks()
+	var restarted, recovered, settled time.Time
+	after := runITLoad(fleet, workers, "hot", lim, period, 0, func() {
+		if err := proc.Restart(); err != nil {
+			t.Errorf("Restart: %v", err)
+			return
+		}
+		restarted = time.Now()
+	}, func() {
+		if restarted.IsZero() {
+			return
+		}
+		for i, in := range fleet {
+			tr, ok := in.states.wait(breaker.Closed, marks[i], stateWait)
+			if !ok {
+				t.Errorf("recovery: instance %d: breaker not closed %v after the restart; transitions %v", i, stateWait, in.states.since(marks[i]))
+				continue
+			}
+			if tr.at.After(recovered) {
+				recovered = tr.at
+			}
+		}
+		// Bounded poll: nothing signals a round, and the next one comes
+		// within one SyncInterval of the breaker closing.
+		rounds := make([]uint64, instances)
+		for i, in := range fleet {
+			rounds[i] = in.lim.Stats().Reconcile.Rounds
+		}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.Now().Add(roundWait)
+		for i := 0; i < instances; {
+			if fleet[i].lim.Stats().Reconcile.Rounds > rounds[i] {
+				i++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("recovery: instance %d: no settlement round %v after the breakers closed", i, roundWait)
+				break
+			}
+			<-tick.C
+		}
+		settled = time.Now()
+	}, func() { <-time.After(afterFor) })
+	after.check(t, "recovery")
+	if !restarted.IsZero() && !recovered.IsZero() {
+		t.Logf("recovery: normal within %v of the restart (all breakers closed)", recovered.Sub(restarted).Round(time.Millisecond))
+		for i, in := range fleet {
+			t.Logf("recovery: instance %d: transitions %v", i, in.states.since(marks[i]))
+		}
+	}
+	tokens, err := clock.HGet(ctx, "hybrid:{hot}", "t").Int64()
+	if err != nil {
+		t.Errorf("recovery: HGET hybrid:{hot} t: %v; want the bucket back in Redis", err)
+	} else if tokens >= burst*local.Micro {
+		t.Errorf("recovery: HGET hybrid:{hot} t = %d micro-tokens, want below the burst %d: the outage's consumption was not charged", tokens, burst*local.Micro)
+	} else {
+		t.Logf("recovery: the bucket holds %.3f tokens", float64(tokens)/local.Micro)
+	}
+	// The outage's consumption sank the new bucket (to -B at most), so the
+	// first decisions after recovery are mostly denials; the refill then
+	// admits again, from the allowance and Redis.
+	var late, lateFallback, lateAdmitted int
+	for _, d := range after.all {
+		if !settled.IsZero() && d.start.After(settled) {
+			late++
+			if d.src == hybrid.SourceFallback {
+				lateFallback++
+			} else if d.allowed {
+				lateAdmitted++
+			}
+		}
+	}
+	t.Logf("recovery: %d decisions after the first round: %d admitted (local or redis), %d by the fallback; admitted over the phase by source %v",
+		late, lateAdmitted, lateFallback, after.sources())
+	if lateFallback > 0 {
+		t.Errorf("recovery: %d of %d decisions after recovery came from the fallback, want none", lateFallback, late)
+	}
+	if lateAdmitted == 0 {
+		t.Errorf("recovery: none of %d decisions after recovery admitted from the allowance or Redis", late)
+	}
+	for i, in := range fleet {
+		st := in.lim.Stats()
+		if st.Degraded {
+			t.Errorf("recovery: instance %d: Stats().Degraded = true, want false", i)
+		}
+		t.Logf("recovery: instance %d: %+v", i, st)
+	}
+
+	// Close, twice, then no goroutine may be left.
+	for i, in := range fleet {
+		in.close(t, i)
+	}
+	if n := waitGoroutines(baseline, leakWait); n > baseline {
+		var buf bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Errorf("%d goroutines %v after Close, %d before the limiters were made:\n%s", n, leakWait, baseline, buf.Bytes())
+	}
+}
+
+// TestIntegrationCluster runs 2 instances on a 3-master Redis Cluster, on 30
+// keys spread over the three masters' slots, in lease mode at 4x each key's
+// limit: no errors, every key within B+R*T, and both instances settle keys.
+func TestIntegrationCluster(t *testing.T) {
+	const (
+		instances = 2
+		keys      = 30
+		rate      = 20
+		burst     = 10
+		d         = 1500 * time.Millisecond
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Lease}
+	c := redistest.Cluster(t)
+	admin := redistest.ClusterClient(t, c)
+	ctx := t.Context()
+
+	// 30 keys, a third in each third of the slots: one per master when the
+	// cluster was made by redis-cli --cluster create.
+	var names []string
+	perThird := [3]int{}
+	for i := 0; len(names) < keys; i++ {
+		k := "tenant-" + strconv.Itoa(i)
+		slot, err := admin.ClusterKeySlot(ctx, "hybrid:{"+k+"}").Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		third := min(int(slot)*3/16384, 2)
+		if perThird[third] < keys/3 {
+			perThird[third]++
+			names = append(names, k)
+		}
+	}
+
+	lims := make([]*hybrid.Limiter, instances)
+	for i := range lims {
+		l, err := hybrid.New(redistest.ClusterClient(t, c), hybrid.Config{InstanceID: "cluster-" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims[i] = l
+		t.Cleanup(func() { l.Close(context.Background()) })
+	}
+
+	// Each instance runs 3 goroutines, each asking for 10 of the keys 40
+	// times a second: 80 requests/s per key, 4x its rate.
+	const goroutines = keys / 10
+	period := time.Second * instances / (4 * rate)
+	var (
+		mu       sync.Mutex
+		admitted = map[string]int{}
+		asked    int
+		errs     atomic.Int64
+		firstErr atomic.Value
+	)
+	t1 := redisTime(t, admin)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, l := range lims {
+		for g := range goroutines {
+			wg.Go(func() {
+				var mine []string
+				for j, k := range names {
+					if j%goroutines == g {
+						mine = append(mine, k)
+					}
+				}
+				tick := time.NewTicker(period)
+				defer tick.Stop()
+				got := map[string]int{}
+				n := 0
+				defer func() {
+					mu.Lock()
+					for k, v := range got {
+						admitted[k] += v
+					}
+					asked += n
+					mu.Unlock()
+				}()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					for _, k := range mine {
+						res, err := l.Allow(ctx, k, lim)
+						n++
+						if err != nil {
+							errs.Add(1)
+							firstErr.CompareAndSwap(nil, err)
+						} else if res.Allowed {
+							got[k]++
+						}
+					}
+				}
+			})
+		}
+	}
+	<-time.After(d)
+	close(stop)
+	wg.Wait()
+	t2 := redisTime(t, admin)
+
+	if n := errs.Load(); n > 0 {
+		t.Fatalf("%d decisions failed; the first: %v", n, firstErr.Load())
+	}
+	window := t2.Sub(t1)
+	ideal := burst + rate*window.Seconds()
+	total, worst, best := 0, ideal, 0.0
+	for _, k := range names {
+		got := float64(admitted[k])
+		total += admitted[k]
+		worst, best = min(worst, got), max(best, got)
+		if got > ideal {
+			t.Errorf("key %s: admitted %v, more than B+R*T = %.1f", k, got, ideal)
+		}
+	}
+	t.Logf("%d keys over %v (Redis TIME): admitted %d of %d requests, %.2f%% of %d*(B+R*T) = %.1f; per key %v to %v",
+		keys, window, total, asked, 100*float64(total)/(keys*ideal), keys, keys*ideal, worst, best)
+	for i, l := range lims {
+		st := l.Stats()
+		t.Logf("instance %d: %+v", i, st)
+		if st.Reconcile.KeysSettled == 0 {
+			t.Errorf("instance %d: Stats().Reconcile.KeysSettled = 0, want some", i)
+		}
+		if st.FallbackAllowed+st.FallbackDenied > 0 || st.Degraded {
+			t.Errorf("instance %d fell back with the cluster up: %+v", i, st)
+		}
+	}
+	for i, l := range lims {
+		for range 2 {
+			if err := l.Close(ctx); err != nil {
+				t.Errorf("instance %d: Close: %v", i, err)
+			}
+		}
+	}
+}
+
+// The tests below guard against bugs found by earlier versions of them.
+
+// TestIntegrationNoSpuriousDenial: 8 goroutines share one key whose bucket
+// holds a billion tokens. No request may be denied.
+//
+// It guards against requests that share a fetch being denied while Redis
+// holds plenty: the hot path may spend what the fetch brought before the
+// waiters run; they must then fetch again, or take their cost alone.
+func TestIntegrationNoSpuriousDenial(t *testing.T) {
+	const goroutines, each = 8, 5000
+	rdb := redistest.Client(t, redistest.Server(t))
+	l, err := hybrid.New(rdb, hybrid.Config{LocalCapacity: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	lim := hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
+	var denied atomic.Int64
+	var example atomic.Value
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				res, err := l.Allow(t.Context(), "shared", lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !res.Allowed {
+					denied.Add(1)
+					example.CompareAndSwap(nil, res)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := denied.Load(); n > 0 {
+		t.Errorf("%d of %d requests denied with a bucket of 1e9 tokens; one: %+v; stats %+v", n, goroutines*each, example.Load(), l.Stats())
+	}
+}
+
+// TestIntegrationLeaseKeepsUp: one goroutine asks for 1,000 keys uniformly,
+// as fast as it can, under a limit it never reaches. The keys' leases must
+// keep up with their demand: after a second, at most 1% of the decisions
+// may wait for a fetch.
+//
+// It guards against leases collapsing to a token or so: a warm lease that
+// runs dry must grow, early rounds must not treat keys untouched for a
+// quarter interval as idle, and local.Store.Tick must not lose a key touched
+// while it collects.
+func TestIntegrationLeaseKeepsUp(t *testing.T) {
+	const keys = 1000
+	rdb := redistest.Client(t, redistest.Server(t))
+	l, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	lim := hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "user:" + strconv.Itoa(i)
+	}
+	seq := benchUniform(keys)
+	var n, fetches0, n0 int
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		if n0 == 0 && time.Since(start) >= time.Second {
+			n0, fetches0 = n, int(l.Stats().Reconcile.Fetches)
+		}
+		for range 100 {
+			res, err := l.Allow(t.Context(), names[seq[n&(len(seq)-1)]], lim)
+			if err != nil || !res.Allowed {
+				t.Fatalf("Allow = %+v, %v; want allowed", res, err)
+			}
+			n++
+		}
+	}
+	fetches := int(l.Stats().Reconcile.Fetches) - fetches0
+	perDecision := float64(fetches) / float64(n-n0)
+	t.Logf("second 2: %d decisions (%v each), %d fetches (%.4f per decision); stats %+v",
+		n-n0, time.Second/time.Duration(max(n-n0, 1)), fetches, perDecision, l.Stats())
+	if perDecision > 0.01 {
+		t.Errorf("%.4f fetches per decision in the second second, want at most 0.01", perDecision)
+	}
+}
+
+// TestIntegrationWarmManyKeys: 32 goroutines ask once for each of 20,000 new
+// keys, with the default Config and a client that honours the breaker's call
+// timeout, then stop. Redis is up and fast: the settlement rounds must
+// succeed, the breaker stay closed, and no decision come from the fallback.
+//
+// It guards against settlement rounds that outgrow the call timeout: a round
+// of thousands of keys that timed out as one call would be held, larger,
+// for the next round and fail forever; rounds are sent in calls of a bounded
+// size instead.
+func TestIntegrationWarmManyKeys(t *testing.T) {
+	const keys, goroutines = 20_000, 32
+	rdb := newITClient(redistest.Server(t).Addr())
+	defer rdb.Close()
+	l, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	lim := hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
+	var next, fallback atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := next.Add(1); i <= keys; i = next.Add(1) {
+				res, err := l.Allow(t.Context(), "new:"+strconv.FormatInt(i, 10), lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Source == hybrid.SourceFallback {
+					fallback.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Bounded poll: three more rounds, with no load (nothing signals a
+	// round).
+	before := l.Stats().Reconcile
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(5 * time.Second); l.Stats().Reconcile.Rounds < before.Rounds+3 && time.Now().Before(deadline); {
+		<-tick.C
+	}
+	st := l.Stats()
+	idle, idleErrors := st.Reconcile.Rounds-before.Rounds, st.Reconcile.RoundErrors-before.RoundErrors
+	t.Logf("after the load: %d rounds, %d failed; stats %+v", idle, idleErrors, st)
+	if n := fallback.Load(); n > 0 || st.Reconcile.Transitions > 0 {
+		t.Errorf("%d of %d decisions from the fallback, %d breaker transitions, with Redis up", n, keys, st.Reconcile.Transitions)
+	}
+	if st.Reconcile.RoundErrors > 0 {
+		t.Errorf("%d of %d rounds failed with Redis up (%d of the %d after the load)", st.Reconcile.RoundErrors, st.Reconcile.Rounds, idleErrors, idle)
+	}
+}
+
+// itInstance is one instance of the fleet test: a Limiter with its own
+// client, and its breaker's transitions.
+type itInstance struct {
+	lim    *hybrid.Limiter
+	rdb    *redis.Client
+	states *transitions
+}
+
+// newITInstance returns an instance on the server at addr, with a client of
+// its own (newITClient).
+func newITInstance(t *testing.T, addr string, cfg hybrid.Config, bc breaker.Config, id string) *itInstance {
+	t.Helper()
+	in := &itInstance{rdb: newITClient(addr), states: newTransitions()}
+	bc.OnStateChange = in.states.record
+	cfg.Breaker = bc
+	cfg.InstanceID = id
+	l, err := hybrid.New(in.rdb, cfg)
+	if err != nil {
+		in.rdb.Close()
+		t.Fatal(err)
+	}
+	in.lim = l
+	t.Cleanup(func() {
+		l.Close(context.Background())
+		in.rdb.Close()
+	})
+	return in
+}
+
+// newITClient returns a client of the server at addr that sends nothing
+// twice (a settlement must not be re-sent after a read timeout), gives up on
+// a dead server fast, and honours the deadlines of the breaker's calls.
+func newITClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                     addr,
+		Dialer:                   dialLoopbackOnly,
+		MaxRetries:               -1,
+		DialTimeout:              itNetTimeout,
+		ReadTimeout:              itNetTimeout,
+		WriteTimeout:             itNetTimeout,
+		ContextTimeoutEnabled:    true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+}
+
+// close closes the limiter twice (the second call must do nothing) and then
+// the client.
+func (in *itInstance) close(t *testing.T, i int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := in.lim.Close(ctx); err != nil {
+		t.Errorf("instance %d: Close: %v", i, err)
+	}
+	if err := in.lim.Close(ctx); err != nil {
+		t.Errorf("instance %d: second Close: %v", i, err)
+	}
+	if _, err := in.lim.Allow(ctx, "hot", hybrid.Limit{Rate: 1, Burst: 1}); !errors.Is(err, hybrid.ErrClosed) {
+		t.Errorf("instance %d: Allow after Close = %v, want ErrClosed", i, err)
+	}
+	in.rdb.Close()
+}
+
+type itFleet []*itInstance
+
+// marks returns each instance's count of transitions so far.
+func (f itFleet) marks() []int {
+	m := make([]int, len(f))
+	for i, in := range f {
+		m[i] = in.states.len()
+	}
+	return m
+}
+
+// transitions records a breaker's state changes and signals each one.
+type transitions struct {
+	signal chan struct{} // one pending signal at most
+
+	mu  sync.Mutex // protects log
+	log []transition
+}
+
+// transition is one state change and when it was delivered.
+type transition struct {
+	from, to breaker.State
+	at       time.Time
+}
+
+func (tr transition) String() string {
+	return fmt.Sprintf("%v->%v", tr.from, tr.to)
+}
+
+func newTransitions() *transitions { return &transitions{signal: make(chan struct{}, 1)} }
+
+// record is the breaker's OnStateChange.
+func (s *transitions) record(from, to breaker.State) {
+	s.mu.Lock()
+	s.log = append(s.log, transition{from: from, to: to, at: time.Now()})
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *transitions) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.log)
+}
+
+// since returns the transitions from index i on.
+func (s *transitions) since(i int) []transition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log[i:])
+}
+
+// wait waits at most timeout for a transition to the state to, from index i
+// on, and returns the first such.
+func (s *transitions) wait(to breaker.State, i int, timeout time.Duration) (transition, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		for _, tr := range s.since(i) {
+			if tr.to == to {
+				return tr, true
+			}
+		}
+		select {
+		case <-s.signal:
+		case <-timer.C:
+			return transition{}, false
+		}
+	}
+}
+
+// itDecision is one decision of the load.
+type itDecision struct {
+	inst    int
+	start   time.Time
+	lat     time.Duration
+	allowed bool
+	src     hybrid.Source
+}
+
+// itLoad is what a load run decided.
+type itLoad struct {
+	all      []itDecision
+	errors   int
+	firstErr error
+}
+
+// runITLoad makes workers goroutines per instance ask for key under lim every
+// period, and meanwhile runs steps one after another on the calling
+// goroutine, then waits d, then stops the load. It returns every decision.
+func runITLoad(f itFleet, workers int, key string, lim hybrid.Limit, period, d time.Duration, steps ...func()) *itLoad {
+	start := time.Now()
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	out := &itLoad{}
+	var wg sync.WaitGroup
+	for i, in := range f {
+		for range workers {
+			wg.Go(func() {
+				var mine []itDecision
+				var errs int
+				var first error
+				tick := time.NewTicker(period)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						mu.Lock()
+						out.all = append(out.all, mine...)
+						out.errors += errs
+						if out.firstErr == nil {
+							out.firstErr = first
+						}
+						mu.Unlock()
+						return
+					case <-tick.C:
+					}
+					t0 := time.Now()
+					res, err := in.lim.Allow(context.Background(), key, lim)
+					lat := time.Since(t0)
+					if err != nil {
+						errs++
+						if first == nil {
+							first = err
+						}
+						continue
+					}
+					mine = append(mine, itDecision{inst: i, start: t0, lat: lat, allowed: res.Allowed, src: res.Source})
+				}
+			})
+		}
+	}
+	for _, step := range steps {
+		step()
+	}
+	if rest := d - time.Since(start); rest > 0 {
+		<-time.After(rest)
+	}
+	close(stop)
+	wg.Wait()
+	return out
+}
+
+func (l *itLoad) check(t *testing.T, phase string) {
+	t.Helper()
+	if l.errors > 0 {
+		t.Errorf("%s: %d decisions failed; the first: %v", phase, l.errors, l.firstErr)
+	}
+	if len(l.all) == 0 {
+		t.Errorf("%s: no decision", phase)
+	}
+}
+
+func (l *itLoad) allowed() int {
+	n := 0
+	for _, d := range l.all {
+		if d.allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// sources counts the admitted decisions by source.
+func (l *itLoad) sources() map[string]int {
+	m := map[string]int{}
+	for _, d := range l.all {
+		if d.allowed {
+			m[d.src.String()]++
+		}
+	}
+	return m
+}
+
+// pct returns the p-quantile of sorted (nearest rank), 0 if it is empty.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// redisTime returns Redis TIME.
+func redisTime(t *testing.T, rdb redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	return now
+}
+
+// waitGoroutines waits at most timeout for the goroutine count to come down
+// to n, polling it (nothing signals a goroutine's end), and returns the last
+// count.
+func waitGoroutines(n int, timeout time.Duration) int {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := runtime.NumGoroutine()
+		if got <= n || time.Now().After(deadline) {
+			return got
+		}
+		<-tick.C
+	}
+}
+
+// dialLoopbackOnly dials addr like go-redis does, but only a loopback address.
+func dialLoopbackOnly(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("dial %s: not a loopback address", addr)
+	}
+	d := net.Dialer{Timeout: itNetTimeout, KeepAlive: 5 * time.Minute}
+	return d.DialContext(ctx, network, addr)
+}
