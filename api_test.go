@@ -194,8 +194,8 @@ func TestResult(t *testing.T) {
 			if !res.Allowed || res.Remaining != 9-int64(i) || res.RetryAfter != 0 || res.Limit != lim || res.Source == hybrid.SourceFallback {
 				t.Errorf("Allow #%d = %+v, want allowed, Remaining %d, no RetryAfter, Limit %+v, from Redis or local", i+1, res, 9-i, lim)
 			}
-			if !res.Seen.Equal(start) || res.Age() != 0 {
-				t.Errorf("Allow #%d: Seen %v, Age %v, want the view fetched now (%v), of age 0", i+1, res.Seen, res.Age(), start)
+			if !res.Seen().Equal(start) || res.Age() != 0 {
+				t.Errorf("Allow #%d: Seen %v, Age %v, want the view fetched now (%v), of age 0", i+1, res.Seen(), res.Age(), start)
 			}
 			got = append(got, res)
 		}
@@ -215,8 +215,8 @@ func TestResult(t *testing.T) {
 		// The bucket refills one token a second, from when it was last seen
 		// empty: at the fetch, or at an early top-up since.
 		age := res.Age()
-		if res.Seen.Before(start) || age > d {
-			t.Errorf("Allow #11: Seen %v, Age %v, want a view seen since %v, at most %v old", res.Seen, age, start, d)
+		if res.Seen().Before(start) || age > d {
+			t.Errorf("Allow #11: Seen %v, Age %v, want a view seen since %v, at most %v old", res.Seen(), age, start, d)
 		}
 		// (A view refreshed at t held what had refilled by t: at most d's worth.)
 		if hi, lo := time.Second-age, time.Second-age-d; res.RetryAfter > hi || res.RetryAfter < lo {

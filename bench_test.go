@@ -28,39 +28,76 @@ import (
 //	go test -run '^$' -bench . -count 6 . | tee /tmp/root-bench.txt
 //	benchstat -col /impl /tmp/root-bench.txt
 //
-// BenchmarkRedisPerDecision and BenchmarkAllowKeys need redis-server (they
-// skip without it); BenchmarkAllow runs on miniredis. A run that takes more
-// than benchBudget is stopped and failed.
+// BenchmarkRedisPerDecision, BenchmarkAllowKeys and BenchmarkAllow's
+// lc=default need redis-server (they skip without it); the rest runs on
+// miniredis. A run that takes more than benchBudget is stopped and failed.
 
 // benchHuge is a limit no benchmark runs out of: the allowed path.
 var benchHuge = hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
 
-// BenchmarkAllow: one hot key, always allowed, through the full Limiter
-// (lease mode, default LocalCapacity, on miniredis) and through
-// x/time/rate's Allow with the same limit.
+// BenchmarkAllow: one hot key, always allowed, through the full Limiter in
+// lease mode and through x/time/rate's Allow with the same limit.
 //
-// A lease holds at most LocalCapacity (1000) tokens, so one decision in
-// 1000 waits for a fetch, a miniredis round trip: that, more than the spend
-// itself, is the Limiter's cost here. par=true fails on spurious denials
-// (see TestIntegrationNoSpuriousDenial).
+// lc=huge gives the key a lease that never runs dry (LocalCapacity 2^30):
+// every decision is the in-memory hot path, the figure to hold against
+// x/time/rate. lc=default runs the default LocalCapacity against a real
+// redis-server (skipped without one): one decision in LocalCapacity then
+// waits for a fetch, a Redis round trip, which is what a hot key costs at
+// full speed with the defaults; BenchmarkRedisPerDecision counts those
+// round trips.
 func BenchmarkAllow(b *testing.B) {
+	ctx := context.Background()
+	hot := func(b *testing.B, l *hybrid.Limiter, par bool) {
+		benchWarm(b, l, []string{"hot"}, benchHuge)
+		benchLoop(b, par, func() bool {
+			res, err := l.Allow(ctx, "hot", benchHuge)
+			return err == nil && res.Allowed && res.Source != hybrid.SourceFallback
+		})
+	}
 	for _, par := range []bool{false, true} {
 		name := "hot/par=" + strconv.FormatBool(par)
-		b.Run(name+"/impl=hybrid", func(b *testing.B) {
+		b.Run(name+"/lc=huge/impl=hybrid", func(b *testing.B) {
 			m := miniredis.RunT(b)
-			l := benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{})
-			benchWarm(b, l, []string{"hot"}, benchHuge)
-			ctx := context.Background()
-			benchDecide(b, l, par, func(int) (hybrid.Result, error) {
-				return l.Allow(ctx, "hot", benchHuge)
-			})
+			hot(b, benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30}), par)
+		})
+		b.Run(name+"/lc=default/impl=hybrid", func(b *testing.B) {
+			hot(b, benchLimiter(b, redistest.Client(b, redistest.Server(b)), hybrid.Config{}), par)
 		})
 		b.Run(name+"/impl=xrate", func(b *testing.B) {
 			x := rate.NewLimiter(rate.Limit(benchHuge.Rate), int(benchHuge.Burst))
-			benchDecide(b, nil, par, func(int) (hybrid.Result, error) {
-				return hybrid.Result{Allowed: x.Allow()}, nil
-			})
+			benchLoop(b, par, x.Allow)
 		})
+	}
+}
+
+// benchLoop calls f b.N times, serially or from RunParallel, with as little
+// around it as possible (f is the whole decision), and fails b if f ever
+// reports a decision that is not an allowed one.
+func benchLoop(b *testing.B, parallel bool, f func() bool) {
+	b.ReportAllocs()
+	var bad atomic.Int64
+	if !parallel {
+		n := int64(0)
+		for b.Loop() {
+			if !f() {
+				n++
+			}
+		}
+		bad.Add(n)
+	} else {
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			n := int64(0)
+			for pb.Next() {
+				if !f() {
+					n++
+				}
+			}
+			bad.Add(n)
+		})
+	}
+	if n := bad.Load(); n > 0 {
+		b.Fatalf("%d decisions were not allowed, or failed, or fell back: the benchmark measured the wrong path", n)
 	}
 }
 

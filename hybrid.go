@@ -88,7 +88,8 @@ type Config struct {
 	// without asking Redis: its lease in Lease mode, its budget in Optimistic
 	// mode. It trades Redis load (about one command per LocalCapacity
 	// tokens on a hot key) against how much of a limit one instance can
-	// hold. 0 means 1000.
+	// hold (never more than the burst, and leases are sized to use).
+	// 0 means 4096.
 	LocalCapacity int64
 	// MaxKeys bounds the keys tracked in memory; the least recently used
 	// are settled and dropped. 0 means 100000.
@@ -169,6 +170,18 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Result, err
 // Allowed false; errors are for an invalid key, limit or cost, a done ctx
 // and a closed Limiter.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
+	// The hot path, written out here (decide has it too) so that the Result
+	// is built in place.
+	if e := l.keys.Get(key); e != nil {
+		if sp := e.X.Spec(); sp != nil && sp.Mode == Lease && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
+			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
+				if left < l.r.LowWater(e) {
+					l.r.Starved(e, true) // top it up before it runs dry
+				}
+				return l.allowed(e, sp, lim, left, SourceLocal), nil
+			}
+		}
+	}
 	res, _, err := l.decide(ctx, key, lim, n)
 	return res, err
 }

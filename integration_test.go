@@ -566,8 +566,10 @@ func TestIntegrationWarmManyKeys(t *testing.T) {
 	st := l.Stats()
 	idle, idleErrors := st.Reconcile.Rounds-before.Rounds, st.Reconcile.RoundErrors-before.RoundErrors
 	t.Logf("after the load: %d rounds, %d failed; stats %+v", idle, idleErrors, st)
-	if n := fallback.Load(); n > 0 || st.Reconcile.Transitions > 0 {
-		t.Errorf("%d of %d decisions from the fallback, %d breaker transitions, with Redis up", n, keys, st.Reconcile.Transitions)
+	// A cold key whose fetch took longer than ColdWait (a loaded machine)
+	// is rightly answered by the fallback; anything else is not.
+	if n := fallback.Load(); n > int64(st.Reconcile.FetchTimeouts) || st.Reconcile.Transitions > 0 {
+		t.Errorf("%d of %d decisions from the fallback (%d fetches timed out), %d breaker transitions, with Redis up", n, keys, st.Reconcile.FetchTimeouts, st.Reconcile.Transitions)
 	}
 	if st.Reconcile.RoundErrors > 0 {
 		t.Errorf("%d of %d rounds failed with Redis up (%d of the %d after the load)", st.Reconcile.RoundErrors, st.Reconcile.Rounds, idleErrors, idle)

@@ -44,10 +44,13 @@ func (s Source) String() string {
 
 // Result is a decision. Remaining, RetryAfter and ResetAfter describe the
 // global bucket as this instance knows it: its own allowance plus what Redis
-// held at the last settlement (Seen); other instances may have spent since.
+// held at the last settlement (see Seen); other instances may have spent
+// since.
 type Result struct {
 	// Allowed reports whether the tokens were taken.
 	Allowed bool
+	// Source is where the decision came from.
+	Source Source
 	// Remaining is the whole tokens left, as far as this instance knows.
 	Remaining int64
 	// RetryAfter is zero if Allowed, else an estimate of how long until a
@@ -57,20 +60,27 @@ type Result struct {
 	ResetAfter time.Duration
 	// Limit is the limit the decision was made against.
 	Limit Limit
-	// Source is where the decision came from.
-	Source Source
-	// Seen is when the view of the global bucket behind the decision came
-	// from Redis; the zero Time if there was none.
-	Seen time.Time
+
+	seen  time.Duration // when the view arrived, on clock; 0: none
+	clock *local.Clock
 }
 
-// Age returns how old the view of the global bucket behind r is: zero if
+// Seen returns when the view of the global bucket behind r came from Redis:
+// the zero Time if there was none.
+func (r Result) Seen() time.Time {
+	if r.seen == 0 || r.clock == nil {
+		return time.Time{}
+	}
+	return r.clock.Time(r.seen)
+}
+
+// Age returns how old the view of the global bucket behind r is now: zero if
 // there was none.
 func (r Result) Age() time.Duration {
-	if r.Seen.IsZero() {
+	if r.seen == 0 || r.clock == nil {
 		return 0
 	}
-	return time.Since(r.Seen)
+	return r.clock.Now() - r.seen
 }
 
 // allowed is the Result of tokens taken from e's allowance, which holds left
@@ -84,17 +94,15 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 		rem = max(v.Tokens, rem) // our budget is part of the global bucket
 	}
 	rem = min(rem, sp.Limit.Burst)
-	res := Result{
+	return Result{
 		Allowed:    true,
-		Remaining:  rem / local.Micro,
-		ResetAfter: limit.DurationFor(sp.Limit.Burst-rem, sp.Limit.Rate),
-		Limit:      lim,
 		Source:     src,
+		Remaining:  rem / local.Micro,
+		ResetAfter: sp.Duration(sp.Limit.Burst - rem),
+		Limit:      lim,
+		seen:       v.Seen,
+		clock:      &l.clock,
 	}
-	if v.Seen != 0 {
-		res.Seen = l.clock.Time(v.Seen)
-	}
-	return res
 }
 
 // denied is the Result of a request for cost micro-tokens refused on the
@@ -107,17 +115,15 @@ func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View
 	// The bucket refills from what it held when seen; other instances take
 	// their part too, so never promise sooner than the next round.
 	wait := limit.DurationFor(cost-tokens, sp.Limit.Rate) - v.Age(now)
-	res := Result{
+	return Result{
+		Source:     src,
 		Remaining:  max(tokens, 0) / local.Micro,
 		RetryAfter: max(wait, l.r.SyncInterval()/4),
 		ResetAfter: limit.DurationFor(sp.Limit.Burst-tokens, sp.Limit.Rate),
 		Limit:      lim,
-		Source:     src,
+		seen:       v.Seen,
+		clock:      &l.clock,
 	}
-	if v.Seen != 0 {
-		res.Seen = l.clock.Time(v.Seen)
-	}
-	return res
 }
 
 // exact decides an Exact limit with one script call, through the breaker.
@@ -156,7 +162,8 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		ResetAfter: gr.ResetAfter,
 		Limit:      lim,
 		Source:     SourceRedis,
-		Seen:       l.clock.Time(now),
+		seen:       now,
+		clock:      &l.clock,
 	}, true, nil
 }
 

@@ -36,7 +36,7 @@ type Store interface {
 // Defaults of Config.
 const (
 	DefaultSyncInterval      = 100 * time.Millisecond
-	DefaultLocalCapacity     = 1000
+	DefaultLocalCapacity     = 4096
 	DefaultHeartbeatInterval = time.Second
 )
 
@@ -48,7 +48,7 @@ type Config struct {
 	SyncInterval time.Duration
 	// LocalCapacity bounds, in tokens, the allowance one instance holds for
 	// one key: in lease mode what it reserves ahead, in optimistic mode the
-	// budget it may spend before it settles. 0 means 1000.
+	// budget it may spend before it settles. 0 means 4096.
 	LocalCapacity int64
 	// MaxKeys bounds the keys tracked. 0 means local.DefaultCapacity.
 	MaxKeys int

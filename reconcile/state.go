@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/hybridlimit/hybrid/local"
 )
@@ -45,6 +46,18 @@ type Spec struct {
 	// Rate is the rate as the caller gave it, in tokens per second, before
 	// rounding to micro-tokens: what a caller's limit is compared with.
 	Rate float64
+
+	nsPerMicro float64 // the time one micro-token takes to refill
+}
+
+// Duration estimates how long the bucket takes to refill n micro-tokens, with
+// a float multiplication rather than the exact integer division of
+// local.Bucket.RetryAfter: for the estimates of a Result.
+func (sp *Spec) Duration(n int64) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(float64(n)*sp.nsPerMicro + 0.5)
 }
 
 // NewSpec validates a limit of rate tokens per second and burst tokens and
@@ -57,7 +70,7 @@ func NewSpec(rate float64, burst int64, m Mode) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Spec{Limit: lim, Mode: m, Rate: rate}, nil
+	return &Spec{Limit: lim, Mode: m, Rate: rate, nsPerMicro: 1e9 / float64(lim.Rate)}, nil
 }
 
 // Is reports whether sp is the spec of rate, burst and m.
