@@ -376,6 +376,17 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			s.MinGrant = cost - bal
 		}
 	}
+	rep, err := r.settleOne(s, owner{e, sp})
+	if err != nil {
+		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
+	}
+	r.apply(&s, owner{e, sp}, &rep, r.clock.Now())
+	return nil
+}
+
+// settleOne settles s alone, now, through the breaker. If it fails, what s
+// took out of its owner is put back and the failure counted.
+func (r *Reconciler) settleOne(s global.Settlement, o owner) (global.Reply, error) {
 	sets := [1]global.Settlement{s}
 	var replies [1]global.Reply
 	err := r.br.Do(context.Background(), func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
@@ -384,11 +395,9 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	}
 	if err != nil {
 		r.stats.fetchErrors.Add(1)
-		r.restore(&sets[0], owner{e, sp}, false)
-		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
+		r.restore(&sets[0], o, false)
 	}
-	r.apply(&sets[0], owner{e, sp}, &replies[0], r.clock.Now())
-	return nil
+	return replies[0], err
 }
 
 // Close stops the goroutine, waits for it and for every fetch under way,
@@ -475,21 +484,14 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) (bool, error) {
 	r.stats.fetches.Add(1)
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: cost, MinGrant: cost, Quantum: local.Micro}
-	sets := [1]global.Settlement{s}
-	var replies [1]global.Reply
-	err := r.br.Do(context.Background(), func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
-	if err == nil {
-		err = replies[0].Err
-	}
+	rep, err := r.settleOne(s, owner{e, sp})
 	if err != nil {
 		decided.Store(true)
-		r.stats.fetchErrors.Add(1)
-		r.restore(&sets[0], owner{e, sp}, false)
 		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), err)
 	}
 	r.stats.keysSettled.Add(1)
-	e.SetView(local.View{Tokens: replies[0].Tokens, Seen: r.clock.Now()})
-	granted := replies[0].Granted
+	e.SetView(local.View{Tokens: rep.Tokens, Seen: r.clock.Now()})
+	granted := rep.Granted
 	if !decided.CompareAndSwap(false, true) && granted > 0 { // the caller gave up
 		if !e.Allowance.Add(granted) { // nobody will spend it: give it back
 			r.addOrphan(e.Key(), sp, 0, granted)
