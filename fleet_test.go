@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,15 +25,9 @@ type link struct {
 	commands atomic.Int64
 }
 
-var errLinkDown = &net0Error{}
-
-// net0Error is what a cut link returns: a connection refused.
-type net0Error struct{}
-
-func (*net0Error) Error() string   { return "dial tcp: connect: " + syscall.ECONNREFUSED.Error() }
-func (*net0Error) Unwrap() error   { return syscall.ECONNREFUSED }
-func (*net0Error) Timeout() bool   { return false }
-func (*net0Error) Temporary() bool { return false }
+// errLinkDown is what a cut link returns: a refused connection, as go-redis
+// reports it when it cannot dial (the command was never sent).
+var errLinkDown = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
 func (l *link) DialHook(next redis.DialHook) redis.DialHook { return next }
 

@@ -29,6 +29,7 @@ type store struct {
 	live    int
 	left    bool
 	gate    chan struct{} // if not nil, Settle waits for it
+	lost    error         // if not nil, Settle applies the batch, then fails with it (a reply lost)
 }
 
 func newStore() *store { return &store{tokens: map[string]int64{}, live: 1} }
@@ -70,6 +71,12 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 		s.tokens[st.Key] = t
 		s.keys++
 		replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now()}
+	}
+	if s.lost != nil {
+		for i := range batch {
+			replies[i] = global.Reply{Err: s.lost}
+		}
+		return s.lost
 	}
 	return nil
 }
@@ -416,4 +423,36 @@ func TestConfig(t *testing.T) {
 	if _, err := reconcile.New(nil, reconcile.Config{}); !errors.Is(err, reconcile.ErrConfig) {
 		t.Errorf("New(nil store) error = %v, want ErrConfig", err)
 	}
+}
+
+// TestLostReplyGivesBackOnce: a settlement whose reply is lost (a timeout
+// after Redis applied it) must not give a lease back twice: the give-back is
+// not put back into the entry, and Redis ends with the lease exactly once.
+func TestLostReplyGivesBackOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Lease)
+		e := entry(r, "k", sp)
+		if err := r.Fetch(context.Background(), e, M); err != nil {
+			t.Fatal(err)
+		}
+		lease := e.Allowance.Load()
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		time.Sleep(250 * time.Millisecond) // untouched for a round: the lease goes back, and the reply is lost
+		synctest.Wait()
+		st.set(func(s *store) { s.lost = nil })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got, _ := st.get("k"); got != 100*M {
+			t.Fatalf("Redis holds %d after the lease of %d went back, want %d: given back exactly once", got, lease, 100*M)
+		}
+		if got := e.Allowance.Load(); got != 0 {
+			t.Fatalf("the entry still holds %d: a give-back that may have been applied was put back", got)
+		}
+		if r.Stats().Uncertain == 0 {
+			t.Fatal("Stats().Uncertain = 0 after a lost reply")
+		}
+	})
 }

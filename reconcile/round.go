@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
@@ -165,7 +169,7 @@ func (r *Reconciler) send(ctx context.Context) {
 				rerr = r.replies[i].Err
 			}
 			if rerr != nil {
-				r.restore(&r.sets[i], r.owners[i], true)
+				r.restore(&r.sets[i], r.owners[i], true, rerr)
 			} else if r.apply(&r.sets[i], r.owners[i], &r.replies[i], now) {
 				r.hold(r.owners[i].e)
 			}
@@ -272,9 +276,20 @@ func (r *Reconciler) Cap(sp *Spec) int64 {
 // restore puts back what a failed settlement took out of its entry, or
 // keeps it as an orphan if there is no entry or it has left the store. With
 // hold the entry is kept for the next round.
-func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool) {
+//
+// err says how the settlement failed. If it may have been applied all the
+// same (no reply: a timeout, a connection lost after sending), the lease it
+// gave back is not put back: giving it back twice would let the fleet admit
+// more than the bucket; at worst it is lost to the fleet until the bucket
+// refills. Its consumption is put back: charged twice at worst, which only
+// errs towards denying.
+func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error) {
 	r.stats.keyErrors.Add(1)
 	consumed, returned := s.Consumed, s.Returned
+	if returned > 0 && mayBeApplied(err) {
+		r.stats.uncertain.Add(1)
+		returned = 0
+	}
 	if o.e != nil {
 		if consumed > 0 && o.e.Pending.Add(consumed) {
 			consumed = 0
@@ -395,7 +410,7 @@ func (r *Reconciler) settleOne(s global.Settlement, o owner) (global.Reply, erro
 	}
 	if err != nil {
 		r.stats.fetchErrors.Add(1)
-		r.restore(&sets[0], o, false)
+		r.restore(&sets[0], o, false, err)
 	}
 	return replies[0], err
 }
@@ -499,4 +514,18 @@ func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) 
 		return false, nil
 	}
 	return granted > 0, nil
+}
+
+// mayBeApplied reports whether a settlement that failed with err may have
+// been applied by Redis all the same: unless it was never sent (the breaker
+// refused it, the connection could not be made) or Redis answered with an
+// error (the script stops before it writes), it may have been.
+func mayBeApplied(err error) bool {
+	var op *net.OpError
+	var re redis.Error
+	switch {
+	case errors.Is(err, breaker.ErrOpen), errors.As(err, &op) && op.Op == "dial", errors.As(err, &re):
+		return false
+	}
+	return true
 }

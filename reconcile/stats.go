@@ -15,6 +15,7 @@ type counters struct {
 	fetchTimeouts          atomic.Uint64
 	heartbeatErrors        atomic.Uint64
 	transitions, evicted   atomic.Uint64
+	uncertain              atomic.Uint64
 	lastRound              atomic.Int64 // ns
 }
 
@@ -30,6 +31,7 @@ type Stats struct {
 	HeartbeatErrors uint64        // heartbeats that failed
 	Transitions     uint64        // breaker state changes
 	Evicted         uint64        // entries that left the store
+	Uncertain       uint64        // failed settlements that may have been applied: their give-back was not put back
 	LastRound       time.Duration // the last round trip's duration
 	Breaker         breaker.State // the breaker's state now
 	Instances       int64         // the fleet size used for fallback shares
@@ -53,6 +55,7 @@ func (r *Reconciler) Stats() Stats {
 		HeartbeatErrors: r.stats.heartbeatErrors.Load(),
 		Transitions:     r.stats.transitions.Load(),
 		Evicted:         r.stats.evicted.Load(),
+		Uncertain:       r.stats.uncertain.Load(),
 		LastRound:       time.Duration(r.stats.lastRound.Load()),
 		Breaker:         r.br.State(),
 		Instances:       r.live.Load(),

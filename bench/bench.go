@@ -1,0 +1,883 @@
+// Package bench simulates a fleet of service instances that share rate
+// limits, and measures what each way of limiting admits and what it costs:
+// the hybrid Limiter in its three modes, one golang.org/x/time/rate limiter
+// per instance (the baseline that multiplies a limit by the fleet size), and
+// go-redis/redis_rate (one script call per decision) on a real Redis.
+//
+// Run drives one mode through one Scenario against a Target and returns a
+// Report; WriteTable prints reports side by side. The command
+// bench/cmd/hybridbench is a thin shell around them. The package is for
+// fleet behaviour (admitted against the ideal, Redis load, latency under an
+// open-loop load); the benchmarks in the other packages are the place for
+// nanoseconds per operation.
+//
+// # Load
+//
+// The fleet asks for Demand times the sum of the keys' limits: the arrival
+// rate of requests is Demand * Rate * Keys / Cost per second, split evenly
+// over the instances. With one key (Keys == 1) that key is asked Demand
+// times its limit; with uniform keys every key is; with Zipf keys the mean
+// key is, the head far more and the tail less. Each instance's arrivals are
+// a Poisson process (exponential gaps, seeded from Scenario.Seed), and each
+// request's key is drawn at arrival. The load is open-loop: arrivals are
+// scheduled in advance, and an instance's workers take them in order, wait
+// for each one's time and issue it; a worker that is behind issues at once
+// and the decision counts as late (Report.Late). Report.Offered and
+// Report.DecisionsPerSec show whether the generator kept up.
+//
+// # What is ideal
+//
+// The window T is measured on the Redis clock (TIME, or time.Now for
+// miniredis, whose scripts read it) just before the first arrival and just
+// after the last decision. A key may admit at most B + R*T tokens in it.
+// Keys asked for at least that much are saturated: admitted tokens over
+// them are compared with the ideal (under-admission), and the largest
+// excess of any key over B + R*T is the overshoot.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/hybridlimit/hybrid"
+)
+
+// The modes a run can measure.
+const (
+	// Lease is hybrid.Lease: local decisions on leases reserved in Redis.
+	Lease = "lease"
+	// Optimistic is hybrid.Optimistic: local budgets charged afterwards.
+	Optimistic = "optimistic"
+	// Exact is hybrid.Exact through the Limiter: one script call per
+	// decision.
+	Exact = "exact"
+	// Local is one golang.org/x/time/rate limiter per instance and key,
+	// with the full limit each: what a fleet without coordination admits.
+	Local = "local"
+	// RedisRate is github.com/go-redis/redis_rate/v10 (GCRA, one script
+	// call per decision), on a real Redis only.
+	RedisRate = "redis_rate"
+)
+
+// Modes returns the modes compared by default on t: lease, optimistic,
+// exact and local, and redis_rate if t is a real Redis.
+func Modes(t *Target) []string {
+	m := []string{Lease, Optimistic, Exact, Local}
+	if t.Real() {
+		m = append(m, RedisRate)
+	}
+	return m
+}
+
+// Errors.
+var (
+	// ErrMode is returned by Run for a mode it does not know.
+	ErrMode = errors.New("bench: unknown mode")
+	// ErrNeedsRedis is returned by Run for redis_rate on miniredis.
+	ErrNeedsRedis = errors.New("bench: redis_rate needs a real Redis")
+	// ErrScenario is returned by Run for a scenario out of range.
+	ErrScenario = errors.New("bench: invalid scenario")
+)
+
+// The key distributions.
+const (
+	Uniform = "uniform"
+	Zipf    = "zipf"
+)
+
+// LateAfter is how far behind its scheduled time a request may be issued
+// before it counts as late: the generator fell behind. Go's timers
+// themselves wake up to about 2 ms late on a busy Linux machine, which is
+// not counted.
+const LateAfter = 5 * time.Millisecond
+
+// memMinKeys is the fewest tracked keys for which memory per key is
+// reported: below it the fixed costs of the clients and limiters drown the
+// figure.
+const memMinKeys = 1000
+
+// Scenario is a simulated fleet and its load. A zero field means its
+// documented default, so the zero Scenario is one hot key asked for at 4x
+// its limit of 1000/s by 8 instances for 10 s.
+type Scenario struct {
+	// Instances is the fleet size. 0 means 8.
+	Instances int
+	// Duration is how long requests arrive. 0 means 10s.
+	Duration time.Duration
+	// Keys is how many keys are asked for. 0 means 1, a hot key.
+	Keys int
+	// Dist is how a request's key is drawn: Uniform or Zipf. "" means
+	// Uniform.
+	Dist string
+	// ZipfS is the exponent s > 1 of Zipf: key i (from 0) is drawn with a
+	// probability proportional to (1+i)^-s. 0 means 1.1.
+	ZipfS float64
+	// Demand is the load as a multiple of the sum of the keys' limits: the
+	// fleet asks for Demand * Rate * Keys tokens per second. 0 means 4.
+	Demand float64
+	// Rate is every key's limit in tokens per second. 0 means 1000.
+	Rate float64
+	// Burst is every key's burst in tokens. 0 means 1000.
+	Burst int64
+	// Cost is the tokens each request takes, at most Burst. 0 means 1.
+	Cost int64
+	// Workers is how many goroutines of each instance issue its requests,
+	// the requests it can have in flight. 0 means 4.
+	Workers int
+	// Seed seeds the arrival times and the keys drawn: runs of the same
+	// Scenario, whatever their mode, are asked the same requests at the
+	// same times.
+	Seed uint64
+	// Config configures the hybrid Limiters. Run sets Prefix (unique per
+	// run) and InstanceID.
+	Config hybrid.Config
+}
+
+// withDefaults returns sc with its zero fields set, or an error wrapping
+// ErrScenario.
+func (sc Scenario) withDefaults() (Scenario, error) {
+	if sc.Instances == 0 {
+		sc.Instances = 8
+	}
+	if sc.Duration == 0 {
+		sc.Duration = 10 * time.Second
+	}
+	if sc.Keys == 0 {
+		sc.Keys = 1
+	}
+	if sc.Dist == "" {
+		sc.Dist = Uniform
+	}
+	if sc.ZipfS == 0 {
+		sc.ZipfS = 1.1
+	}
+	if sc.Demand == 0 {
+		sc.Demand = 4
+	}
+	if sc.Rate == 0 {
+		sc.Rate = 1000
+	}
+	if sc.Burst == 0 {
+		sc.Burst = 1000
+	}
+	if sc.Cost == 0 {
+		sc.Cost = 1
+	}
+	if sc.Workers == 0 {
+		sc.Workers = 4
+	}
+	switch {
+	case sc.Instances < 0, sc.Duration < 0, sc.Keys < 0, sc.Workers < 0:
+		return sc, fmt.Errorf("%w: negative count or duration", ErrScenario)
+	case sc.Dist != Uniform && sc.Dist != Zipf:
+		return sc, fmt.Errorf("%w: distribution %q, want %q or %q", ErrScenario, sc.Dist, Uniform, Zipf)
+	case sc.Dist == Zipf && !(sc.ZipfS > 1):
+		return sc, fmt.Errorf("%w: Zipf exponent %v, want > 1", ErrScenario, sc.ZipfS)
+	case !(sc.Demand > 0) || math.IsInf(sc.Demand, 0):
+		return sc, fmt.Errorf("%w: demand %v", ErrScenario, sc.Demand)
+	case !(sc.Rate >= 1e-6 && sc.Rate <= 1e9):
+		return sc, fmt.Errorf("%w: rate %v, want 1e-6 to 1e9", ErrScenario, sc.Rate)
+	case sc.Burst < 1 || sc.Burst > 1e9:
+		return sc, fmt.Errorf("%w: burst %d, want 1 to 1e9", ErrScenario, sc.Burst)
+	case sc.Cost < 1 || sc.Cost > sc.Burst:
+		return sc, fmt.Errorf("%w: cost %d, want 1 to the burst", ErrScenario, sc.Cost)
+	}
+	return sc, nil
+}
+
+// Offered returns the requests per second the fleet asks for:
+// Demand * Rate * Keys / Cost, with sc's defaults applied.
+func (sc Scenario) Offered() float64 {
+	sc, _ = sc.withDefaults()
+	return sc.Demand * sc.Rate * float64(sc.Keys) / float64(sc.Cost)
+}
+
+// String describes sc in one line, with its defaults applied.
+func (sc Scenario) String() string {
+	sc, _ = sc.withDefaults()
+	keys := "1 hot key"
+	if sc.Keys > 1 {
+		keys = strconv.Itoa(sc.Keys) + " keys " + sc.Dist
+		if sc.Dist == Zipf {
+			keys += "(" + strconv.FormatFloat(sc.ZipfS, 'g', -1, 64) + ")"
+		}
+	}
+	return fmt.Sprintf("%d instances x %d workers, %s, demand %gx (%.0f req/s), R=%g/s B=%d cost %d, %v",
+		sc.Instances, sc.Workers, keys, sc.Demand, sc.Offered(), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+}
+
+// Progress is a snapshot of a run in progress, given to Run's progress
+// function once a second.
+type Progress struct {
+	Mode      string
+	Elapsed   time.Duration // since the first arrival
+	Duration  time.Duration // the Scenario's
+	Decisions int64         // so far
+	Admitted  int64         // decisions allowed so far
+	Errors    int64         // decisions that failed so far
+	Rate      float64       // decisions per second over the last second
+}
+
+// Sample is one second of a run (the last one may be shorter).
+type Sample struct {
+	At        float64 `json:"t_s"`       // seconds since the first arrival, at the sample's end
+	Decisions int64   `json:"decisions"` // decisions in the sample
+	Admitted  int64   `json:"admitted"`  // decisions allowed in the sample
+}
+
+// Report is what a run measured, for one mode. Token figures are in tokens
+// (decisions times Scenario.Cost).
+type Report struct {
+	Mode   string `json:"mode"`
+	Target string `json:"target"`
+
+	// The scenario, with defaults applied. SyncInterval and LocalCapacity
+	// are as configured (0: the Limiter's default).
+	Instances     int           `json:"instances"`
+	Workers       int           `json:"workers"`
+	Keys          int           `json:"keys"`
+	Dist          string        `json:"dist"`
+	ZipfS         float64       `json:"zipf_s,omitempty"`
+	Demand        float64       `json:"demand"`
+	Rate          float64       `json:"rate"`
+	Burst         int64         `json:"burst"`
+	Cost          int64         `json:"cost"`
+	Seed          uint64        `json:"seed"`
+	SyncInterval  time.Duration `json:"sync_interval_ns"`
+	LocalCapacity int64         `json:"local_capacity"`
+
+	// Window is T, on the Redis clock.
+	Window time.Duration `json:"window_ns"`
+	// Offered is the scheduled requests per second; DecisionsPerSec what
+	// was achieved (decisions over the wall-clock window).
+	Offered         float64 `json:"offered_per_s"`
+	DecisionsPerSec float64 `json:"decisions_per_s"`
+	// Decisions counts answered requests (allowed or denied); Late those
+	// issued more than LateAfter behind schedule.
+	Decisions int64 `json:"decisions"`
+	Late      int64 `json:"late"`
+	// Decision latency, the time Allow took.
+	P50  time.Duration `json:"p50_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"`
+	Max  time.Duration `json:"max_ns"`
+	// Commands counts the Redis commands the fleet sent in the window,
+	// each command of a pipeline included.
+	Commands            int64   `json:"commands"`
+	CommandsPerDecision float64 `json:"commands_per_decision"`
+
+	// Admitted counts allowed decisions; AdmittedTokens their tokens.
+	Admitted       int64 `json:"admitted"`
+	AdmittedTokens int64 `json:"admitted_tokens"`
+	// IdealPerKey is B + R*T.
+	IdealPerKey float64 `json:"ideal_per_key"`
+	// SaturatedKeys counts the keys asked for at least IdealPerKey tokens;
+	// IdealSaturated is IdealPerKey times their number, AdmittedSaturated
+	// the tokens they were admitted, AdmittedPct the second as a
+	// percentage of the first.
+	SaturatedKeys     int     `json:"saturated_keys"`
+	IdealSaturated    float64 `json:"ideal_saturated"`
+	AdmittedSaturated int64   `json:"admitted_saturated"`
+	AdmittedPct       float64 `json:"admitted_pct"`
+	// Overshoot is the largest excess of any key over IdealPerKey, in
+	// tokens (0 if none went over) and as a percentage of IdealPerKey.
+	// OvershootBound is Limiter.Overshoot, the documented bound, for
+	// optimistic mode.
+	Overshoot      float64 `json:"overshoot"`
+	OvershootPct   float64 `json:"overshoot_pct"`
+	OvershootBound int64   `json:"overshoot_bound,omitempty"`
+	// UnderPct is how far AdmittedPct falls short of 100, or 0.
+	UnderPct float64 `json:"under_pct"`
+
+	// TrackedKeys is the keys held in memory at the end, summed over the
+	// instances (hybrid: Stats().Reconcile.Keys; local: limiters made).
+	// MemPerKey approximates the heap each costs: the growth of HeapAlloc,
+	// after a GC, from before the first arrival to after the last
+	// decision, over TrackedKeys. Anything else allocated meanwhile (new
+	// connections, buffers) counts too, so it is 0 (not measured) under
+	// 1000 tracked keys.
+	TrackedKeys int     `json:"tracked_keys"`
+	MemPerKey   float64 `json:"mem_per_key_bytes"`
+
+	// Fallback counts decisions made by the fallback policy, RedisSourced
+	// those that waited for a round trip (hybrid.SourceRedis; every
+	// decision of exact and redis_rate).
+	Fallback     int64 `json:"fallback"`
+	RedisSourced int64 `json:"redis_sourced"`
+	// Errors counts decisions that failed; FirstError is the first.
+	Errors     int64  `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// RedisErrors counts the hybrid Limiters' failed calls to Redis, summed
+	// over the instances: rounds, key settlements, fetches (failed or not
+	// answered within ColdWait), heartbeats and Exact calls. Breaker counts
+	// their breakers' state changes. Neither is an error of a decision: the
+	// fallback policy answers meanwhile.
+	RedisErrors uint64 `json:"redis_errors"`
+	Breaker     uint64 `json:"breaker_transitions"`
+	// CloseError reports the limiters that failed to close at the end (such
+	// as a last settlement that timed out), with the first error: it does
+	// not change the figures.
+	CloseError string `json:"close_error,omitempty"`
+
+	// Timeline is the run second by second.
+	Timeline []Sample `json:"timeline"`
+}
+
+// Run simulates sc's fleet in mode (Lease, Optimistic, Exact, Local or
+// RedisRate) against t, and reports what it measured. Each instance has its
+// own Redis client and limiter, and the run keeps its Redis keys under a
+// prefix of its own, so runs do not share buckets. Run returns after about
+// sc.Duration (plus up to 3 s for the hybrid instances to count each other
+// first), having closed every limiter and client it made; an error in
+// closing is reported in Report.CloseError. progress, if not nil, is called
+// once a second from one goroutine.
+//
+// If ctx ends, the run stops early and Run returns what it measured with
+// ctx's error.
+func Run(ctx context.Context, t *Target, sc Scenario, mode string, progress func(Progress)) (Report, error) {
+	sc, err := sc.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	switch mode {
+	case Lease, Optimistic, Exact, Local:
+	case RedisRate:
+		if !t.Real() {
+			return Report{}, ErrNeedsRedis
+		}
+	default:
+		return Report{}, fmt.Errorf("%w %q", ErrMode, mode)
+	}
+	r := newRun(t, sc, mode)
+	if err := r.start(ctx); err != nil {
+		return Report{}, errors.Join(append([]error{err}, r.close()...)...)
+	}
+	rep, err := r.measure(ctx, progress)
+	if errs := r.close(); len(errs) > 0 {
+		rep.CloseError = fmt.Sprintf("%d of %d limiters: %v", len(errs), len(r.insts), errs[0])
+	}
+	return rep, err
+}
+
+// run is one mode's run.
+type run struct {
+	t      *Target
+	sc     Scenario
+	mode   string
+	prefix string
+	lim    hybrid.Limit // the hybrid modes' limit
+
+	keys            []string       // the keys as passed to the limiter
+	asked, admitted []atomic.Int64 // requests per key
+
+	insts []*instance
+}
+
+// instance is one member of the fleet.
+type instance struct {
+	rdb     redis.UniversalClient // nil in local mode
+	cmds    counter
+	dec     decider
+	sched   schedule
+	workers []*worker
+}
+
+// worker is one goroutine of an instance. The counters are read by the
+// progress reporter; the rest belongs to the worker until it returns.
+type worker struct {
+	decisions, admitted, errors, late atomic.Int64
+	fallback, redis                   atomic.Int64
+
+	hist     Histogram
+	firstErr error
+}
+
+func newRun(t *Target, sc Scenario, mode string) *run {
+	r := &run{
+		t:        t,
+		sc:       sc,
+		mode:     mode,
+		prefix:   t.prefix(mode),
+		keys:     make([]string, sc.Keys),
+		asked:    make([]atomic.Int64, sc.Keys),
+		admitted: make([]atomic.Int64, sc.Keys),
+	}
+	for i := range r.keys {
+		r.keys[i] = "k" + strconv.Itoa(i)
+		if mode == RedisRate { // redis_rate has no prefix of its own
+			r.keys[i] = r.prefix + ":" + r.keys[i]
+		}
+	}
+	switch mode {
+	case Lease:
+		r.lim = hybrid.Limit{Rate: sc.Rate, Burst: sc.Burst, Mode: hybrid.Lease}
+	case Optimistic:
+		r.lim = hybrid.Limit{Rate: sc.Rate, Burst: sc.Burst, Mode: hybrid.Optimistic}
+	case Exact:
+		r.lim = hybrid.Limit{Rate: sc.Rate, Burst: sc.Burst, Mode: hybrid.Exact}
+	}
+	// The fleet's arrivals, split evenly over the instances.
+	gap := float64(time.Second) * float64(sc.Instances) / sc.Offered()
+	for i := range sc.Instances {
+		rng := rand.New(rand.NewPCG(sc.Seed, uint64(i)))
+		in := &instance{sched: schedule{rng: rng, gap: gap, keys: sc.Keys}}
+		if sc.Dist == Zipf && sc.Keys > 1 {
+			in.sched.zipf = rand.NewZipf(rng, sc.ZipfS, 1, uint64(sc.Keys-1))
+		}
+		for range sc.Workers {
+			in.workers = append(in.workers, &worker{})
+		}
+		r.insts = append(r.insts, in)
+	}
+	return r
+}
+
+// hybridMode reports whether r runs the hybrid Limiter.
+func (r *run) hybridMode() bool {
+	return r.mode == Lease || r.mode == Optimistic || r.mode == Exact
+}
+
+// start makes every instance's client and limiter, and waits until they are
+// ready: connected, and (hybrid) counting the whole fleet.
+func (r *run) start(ctx context.Context) error {
+	for i, in := range r.insts {
+		if r.mode == Local {
+			in.dec = &localDecider{lim: rate.Limit(r.sc.Rate), burst: int(r.sc.Burst)}
+			continue
+		}
+		in.rdb = r.t.client(&in.cmds)
+		if err := in.rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("bench: instance %d: PING: %w", i, err)
+		}
+		if r.mode == RedisRate {
+			in.dec = &redisRateDecider{l: redis_rate.NewLimiter(in.rdb), lim: gcraLimit(r.sc.Rate, r.sc.Burst)}
+			continue
+		}
+		cfg := r.sc.Config
+		cfg.Prefix = r.prefix
+		cfg.InstanceID = r.mode + "-" + strconv.Itoa(i)
+		l, err := hybrid.New(in.rdb, cfg)
+		if err != nil {
+			return fmt.Errorf("bench: instance %d: %w", i, err)
+		}
+		in.dec = &hybridDecider{l: l, lim: r.lim}
+	}
+	if r.hybridMode() {
+		return r.waitFleet(ctx)
+	}
+	return nil
+}
+
+// fleetWait bounds the wait for the hybrid instances to count each other:
+// three heartbeat intervals.
+const fleetWait = 3 * time.Second
+
+// waitFleet waits until every hybrid instance counts the whole fleet (the
+// first heartbeats of the earlier ones did not), as in a fleet that has been
+// running, or fleetWait has passed. The optimistic budgets are shares of the
+// fleet size.
+func (r *run) waitFleet(ctx context.Context) error {
+	if r.sc.Config.Instances != 0 {
+		return nil // a fixed fleet size: nothing to learn
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(fleetWait)
+	for time.Now().Before(deadline) {
+		all := true
+		for _, in := range r.insts {
+			if in.dec.(*hybridDecider).l.Stats().Reconcile.Instances < int64(r.sc.Instances) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// measure runs the load and builds the report.
+func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, error) {
+	sc := r.sc
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	heapBefore := ms.HeapAlloc
+	cmdsBefore := r.commands()
+
+	t0, err := r.t.now(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, in := range r.insts {
+		for _, w := range in.workers {
+			wg.Go(func() { r.work(ctx, in, w, start) })
+		}
+	}
+	done := make(chan struct{})
+	var timeline []Sample
+	var pwg sync.WaitGroup
+	pwg.Go(func() { timeline = r.report(start, done, progress) })
+	wg.Wait()
+	elapsed := time.Since(start)
+	t1, terr := r.t.now(context.WithoutCancel(ctx))
+	close(done)
+	pwg.Wait()
+	cmds := r.commands() - cmdsBefore
+
+	rep := Report{
+		Mode:          r.mode,
+		Target:        r.t.String(),
+		Instances:     sc.Instances,
+		Workers:       sc.Workers,
+		Keys:          sc.Keys,
+		Dist:          sc.Dist,
+		Demand:        sc.Demand,
+		Rate:          sc.Rate,
+		Burst:         sc.Burst,
+		Cost:          sc.Cost,
+		Seed:          sc.Seed,
+		SyncInterval:  sc.Config.SyncInterval,
+		LocalCapacity: sc.Config.LocalCapacity,
+		Window:        t1.Sub(t0),
+		Offered:       sc.Offered(),
+		Commands:      cmds,
+		Timeline:      timeline,
+	}
+	if sc.Dist == Zipf {
+		rep.ZipfS = sc.ZipfS
+	}
+	var hist Histogram
+	for _, in := range r.insts {
+		for _, w := range in.workers {
+			hist.Merge(&w.hist)
+			rep.Decisions += w.decisions.Load()
+			rep.Admitted += w.admitted.Load()
+			rep.Late += w.late.Load()
+			rep.Fallback += w.fallback.Load()
+			rep.RedisSourced += w.redis.Load()
+			rep.Errors += w.errors.Load()
+			if w.firstErr != nil && rep.FirstError == "" {
+				rep.FirstError = w.firstErr.Error()
+			}
+		}
+	}
+	rep.AdmittedTokens = rep.Admitted * sc.Cost
+	rep.DecisionsPerSec = float64(rep.Decisions) / elapsed.Seconds()
+	rep.P50, rep.P99, rep.P999, rep.Max = hist.Quantile(0.5), hist.Quantile(0.99), hist.Quantile(0.999), hist.Max()
+	if rep.Decisions > 0 {
+		rep.CommandsPerDecision = float64(cmds) / float64(rep.Decisions)
+	}
+	r.accuracy(&rep)
+
+	// Memory, before anything is closed.
+	for _, in := range r.insts {
+		rep.TrackedKeys += in.dec.tracked()
+		if d, ok := in.dec.(*hybridDecider); ok {
+			st := d.l.Stats()
+			rc := st.Reconcile
+			rep.RedisErrors += rc.RoundErrors + rc.KeyErrors + rc.FetchErrors + rc.FetchTimeouts + rc.HeartbeatErrors + st.ExactErrors
+			rep.Breaker += rc.Transitions
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	if grew := int64(ms.HeapAlloc) - int64(heapBefore); rep.TrackedKeys >= memMinKeys && grew > 0 {
+		rep.MemPerKey = float64(grew) / float64(rep.TrackedKeys)
+	}
+	if r.mode == Optimistic {
+		rep.OvershootBound = r.insts[0].dec.(*hybridDecider).l.Overshoot(r.lim)
+	}
+	if terr != nil {
+		return rep, terr
+	}
+	return rep, ctx.Err()
+}
+
+// accuracy fills in the figures that compare admitted with ideal.
+func (r *run) accuracy(rep *Report) {
+	cost := r.sc.Cost
+	ideal := float64(r.sc.Burst) + r.sc.Rate*rep.Window.Seconds()
+	rep.IdealPerKey = ideal
+	over := math.Inf(-1)
+	for i := range r.keys {
+		asked, got := r.asked[i].Load()*cost, r.admitted[i].Load()*cost
+		over = max(over, float64(got)-ideal)
+		if float64(asked) >= ideal {
+			rep.SaturatedKeys++
+			rep.AdmittedSaturated += got
+		}
+	}
+	rep.Overshoot = max(over, 0)
+	rep.OvershootPct = 100 * rep.Overshoot / ideal
+	rep.IdealSaturated = ideal * float64(rep.SaturatedKeys)
+	if rep.SaturatedKeys > 0 {
+		rep.AdmittedPct = 100 * float64(rep.AdmittedSaturated) / rep.IdealSaturated
+		rep.UnderPct = max(100-rep.AdmittedPct, 0)
+	}
+}
+
+// commands returns the Redis commands the fleet has sent.
+func (r *run) commands() int64 {
+	var n int64
+	for _, in := range r.insts {
+		n += in.cmds.n.Load()
+	}
+	return n
+}
+
+// work is a worker's loop: take the instance's next arrival, wait for its
+// time, decide. It returns when the arrivals or the duration run out, or
+// ctx ends.
+func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time) {
+	d := r.sc.Duration
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		at, k := in.sched.take()
+		if at >= d {
+			return
+		}
+		due := start.Add(at)
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		if now.Sub(start) >= d {
+			return // behind, and out of time
+		}
+		if now.Sub(due) > LateAfter {
+			w.late.Add(1)
+		}
+		ok, src, err := in.dec.decide(ctx, r.keys[k], r.sc.Cost)
+		w.hist.Record(time.Since(now))
+		if err != nil {
+			if ctx.Err() != nil {
+				return // stopped, not broken
+			}
+			w.errors.Add(1)
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+			continue
+		}
+		r.asked[k].Add(1)
+		w.decisions.Add(1)
+		switch src {
+		case hybrid.SourceFallback:
+			w.fallback.Add(1)
+		case hybrid.SourceRedis:
+			w.redis.Add(1)
+		}
+		if ok {
+			r.admitted[k].Add(1)
+			w.admitted.Add(1)
+		}
+	}
+}
+
+// report samples the workers' counters once a second until done is
+// closed, calls progress with them, and returns the timeline.
+func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progress)) []Sample {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var timeline []Sample
+	var lastDec, lastAdm int64
+	last := start
+	for {
+		stop := false
+		select {
+		case <-done:
+			stop = true
+		case <-tick.C:
+		}
+		now := time.Now()
+		var p Progress
+		for _, in := range r.insts {
+			for _, w := range in.workers {
+				p.Decisions += w.decisions.Load()
+				p.Admitted += w.admitted.Load()
+				p.Errors += w.errors.Load()
+			}
+		}
+		if p.Decisions > lastDec || !stop {
+			timeline = append(timeline, Sample{
+				At:        now.Sub(start).Seconds(),
+				Decisions: p.Decisions - lastDec,
+				Admitted:  p.Admitted - lastAdm,
+			})
+		}
+		if stop {
+			return timeline
+		}
+		p.Mode, p.Elapsed, p.Duration = r.mode, now.Sub(start), r.sc.Duration
+		p.Rate = float64(p.Decisions-lastDec) / now.Sub(last).Seconds()
+		lastDec, lastAdm, last = p.Decisions, p.Admitted, now
+		if progress != nil {
+			progress(p)
+		}
+	}
+}
+
+// closeTimeout bounds the closing of one limiter: its last settlement.
+const closeTimeout = 10 * time.Second
+
+// close closes every limiter, all at once, then every client, and returns
+// the limiters' errors.
+func (r *run) close() []error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var (
+		mu   sync.Mutex // protects errs
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for i, in := range r.insts {
+		if in.dec != nil {
+			wg.Go(func() {
+				if err := in.dec.close(ctx); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("bench: instance %d: %w", i, err))
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, in := range r.insts {
+		if in.rdb != nil {
+			in.rdb.Close()
+		}
+	}
+	return errs
+}
+
+// schedule is an instance's arrivals: a Poisson process, and a key drawn
+// for each arrival. It is safe for concurrent use.
+type schedule struct {
+	mu   sync.Mutex // protects the fields below
+	rng  *rand.Rand
+	zipf *rand.Zipf // nil: uniform
+	keys int
+	gap  float64 // mean nanoseconds between arrivals
+	next float64 // nanoseconds from the start to the last arrival taken
+}
+
+// take returns the time of the next arrival, from the start, and its key.
+func (s *schedule) take() (time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next += s.rng.ExpFloat64() * s.gap
+	k := 0
+	switch {
+	case s.zipf != nil:
+		k = int(s.zipf.Uint64())
+	case s.keys > 1:
+		k = s.rng.IntN(s.keys)
+	}
+	return time.Duration(s.next), k
+}
+
+// decider is one instance's limiter under test.
+type decider interface {
+	// decide asks for n tokens of key.
+	decide(ctx context.Context, key string, n int64) (ok bool, src hybrid.Source, err error)
+	// tracked returns the keys held in memory.
+	tracked() int
+	close(ctx context.Context) error
+}
+
+// hybridDecider is the hybrid Limiter, in the mode of lim.
+type hybridDecider struct {
+	l   *hybrid.Limiter
+	lim hybrid.Limit
+}
+
+func (d *hybridDecider) decide(ctx context.Context, key string, n int64) (bool, hybrid.Source, error) {
+	res, err := d.l.AllowN(ctx, key, d.lim, n)
+	return res.Allowed, res.Source, err
+}
+
+func (d *hybridDecider) tracked() int { return d.l.Stats().Reconcile.Keys }
+
+func (d *hybridDecider) close(ctx context.Context) error { return d.l.Close(ctx) }
+
+// localDecider is a golang.org/x/time/rate limiter per key, in this
+// instance alone.
+type localDecider struct {
+	lim   rate.Limit
+	burst int
+	m     sync.Map // key -> *rate.Limiter
+	n     atomic.Int64
+}
+
+func (d *localDecider) decide(_ context.Context, key string, n int64) (bool, hybrid.Source, error) {
+	v, ok := d.m.Load(key)
+	if !ok {
+		var loaded bool
+		if v, loaded = d.m.LoadOrStore(key, rate.NewLimiter(d.lim, d.burst)); !loaded {
+			d.n.Add(1)
+		}
+	}
+	return v.(*rate.Limiter).AllowN(time.Now(), int(n)), hybrid.SourceLocal, nil
+}
+
+func (d *localDecider) tracked() int { return int(d.n.Load()) }
+
+func (d *localDecider) close(context.Context) error { return nil }
+
+// redisRateDecider is go-redis/redis_rate: GCRA in one script call.
+type redisRateDecider struct {
+	l   *redis_rate.Limiter
+	lim redis_rate.Limit
+}
+
+func (d *redisRateDecider) decide(ctx context.Context, key string, n int64) (bool, hybrid.Source, error) {
+	res, err := d.l.AllowN(ctx, key, d.lim, int(n))
+	if err != nil {
+		return false, hybrid.SourceRedis, err
+	}
+	return res.Allowed > 0, hybrid.SourceRedis, nil
+}
+
+func (d *redisRateDecider) tracked() int { return 0 }
+
+func (d *redisRateDecider) close(context.Context) error { return nil }
+
+// gcraLimit returns the redis_rate limit of rate tokens per second and
+// burst: per second if the rate is whole, else per 10^6 seconds.
+func gcraLimit(r float64, burst int64) redis_rate.Limit {
+	if r == math.Trunc(r) {
+		return redis_rate.Limit{Rate: int(r), Burst: int(burst), Period: time.Second}
+	}
+	return redis_rate.Limit{Rate: int(math.Round(r * 1e6)), Burst: int(burst), Period: 1e6 * time.Second}
+}

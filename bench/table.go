@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// tableHeader names WriteTable's columns.
+const tableHeader = "mode\tdec/s\tlate\tp50\tp99\tp99.9\tcmd/dec\tadmitted\tideal(sat)\tadm/ideal\tovershoot\tunder\tmem/key\tfallback\tredis err\terrors"
+
+// WriteTable writes reports as a table, one aligned row per report under a
+// header line:
+//
+//   - dec/s: decisions per second achieved (Report.Offered is what was
+//     asked for); late: the share of requests issued more than LateAfter
+//     behind schedule;
+//   - p50, p99, p99.9: decision latency;
+//   - cmd/dec: Redis commands per decision;
+//   - admitted: tokens admitted, all keys; ideal(sat): B + R*T summed over
+//     the saturated keys; adm/ideal: what those keys were admitted, as a
+//     share of it;
+//   - overshoot: the largest excess of a key over B + R*T, in tokens and
+//     percent, and for optimistic mode "of" the documented bound
+//     (Limiter.Overshoot); under: how far adm/ideal falls short of 100%;
+//   - mem/key: heap per tracked key ("-": not measured);
+//   - fallback: decisions made by the fallback policy; redis err: the
+//     hybrid Limiters' failed calls to Redis (Report.RedisErrors); errors:
+//     failed decisions.
+func WriteTable(w io.Writer, reports []Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, tableHeader+"\t")
+	for _, r := range reports {
+		late := 0.0
+		if r.Decisions > 0 {
+			late = 100 * float64(r.Late) / float64(r.Decisions)
+		}
+		adm, under := "-", "-"
+		if r.SaturatedKeys > 0 {
+			adm = fmt.Sprintf("%.2f%%", r.AdmittedPct)
+			under = fmt.Sprintf("%.2f%%", r.UnderPct)
+		}
+		over := "0"
+		if r.Overshoot > 0 {
+			over = fmt.Sprintf("+%.0f (%.2f%%)", r.Overshoot, r.OvershootPct)
+		}
+		if r.OvershootBound > 0 {
+			over += fmt.Sprintf(" of %d", r.OvershootBound)
+		}
+		mem := "-"
+		if r.MemPerKey > 0 {
+			mem = fmt.Sprintf("%.0f B", r.MemPerKey)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.4f\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n",
+			r.Mode, r.DecisionsPerSec, late,
+			fmtDuration(r.P50), fmtDuration(r.P99), fmtDuration(r.P999),
+			r.CommandsPerDecision, r.AdmittedTokens, r.IdealSaturated, adm, over, under, mem,
+			r.Fallback, r.RedisErrors, r.Errors)
+	}
+	return tw.Flush()
+}
+
+// fmtDuration formats d with three or four significant digits.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", d.Nanoseconds())
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/hybridlimit/hybrid/internal/redistest"
+)
+
+// targetKind is what a Target points at.
+type targetKind uint8
+
+const (
+	kindMiniredis targetKind = iota
+	kindAddr
+	kindCluster
+	kindSpawned
+)
+
+// Target is the Redis a run uses: an embedded miniredis, a Redis or a Redis
+// Cluster given by loopback address, or a redis-server process started here.
+// A Target serves any number of runs, one after another or at once (each
+// run keeps its keys under a prefix of its own). Create one with Miniredis,
+// Dial, DialCluster or SpawnRedis, and Close it when done; what it started,
+// it stops. Its methods are safe for concurrent use.
+type Target struct {
+	kind  targetKind
+	addrs []string
+	mini  *miniredis.Miniredis // kindMiniredis: owned
+	proc  *redistest.Proc      // kindSpawned: owned
+	clock redis.UniversalClient
+	runs  atomic.Uint64 // runs started, for key prefixes
+
+	closed atomic.Bool
+}
+
+// Miniredis starts an embedded miniredis on a loopback port and returns a
+// Target that owns it. miniredis runs Lua scripts much more slowly than
+// redis-server (about 20 times), so modes that call a script per decision
+// reach a lower rate on it.
+func Miniredis() (*Target, error) {
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("bench: start miniredis: %w", err)
+	}
+	return open(&Target{kind: kindMiniredis, addrs: []string{m.Addr()}, mini: m})
+}
+
+// Dial returns a Target for the Redis at addr, which must be a loopback
+// address and answer PING. Runs leave their keys there; they expire when
+// their buckets would be full again.
+func Dial(addr string) (*Target, error) {
+	if err := checkLoopback(addr); err != nil {
+		return nil, err
+	}
+	return open(&Target{kind: kindAddr, addrs: []string{addr}})
+}
+
+// DialCluster returns a Target for the Redis Cluster whose nodes include
+// addrs, all loopback addresses. Nodes the cluster announces on other
+// addresses are refused.
+func DialCluster(addrs []string) (*Target, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("bench: no cluster address")
+	}
+	for _, a := range addrs {
+		if err := checkLoopback(a); err != nil {
+			return nil, err
+		}
+	}
+	return open(&Target{kind: kindCluster, addrs: append([]string(nil), addrs...)})
+}
+
+// SpawnRedis starts a redis-server (from PATH) on a free loopback port,
+// without persistence, and returns a Target that owns it: Close stops it.
+func SpawnRedis() (*Target, error) {
+	p, err := redistest.Start(redistest.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return open(&Target{kind: kindSpawned, addrs: []string{p.Addr()}, proc: p})
+}
+
+// open connects t's clock client and checks that Redis answers. On failure
+// it stops what t owns.
+func open(t *Target) (*Target, error) {
+	t.clock = t.client(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.clock.Ping(ctx).Err(); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("bench: %s does not answer PING: %w", t, err)
+	}
+	return t, nil
+}
+
+// Real reports whether t is a real Redis (not miniredis): the redis_rate
+// mode needs one.
+func (t *Target) Real() bool { return t.kind != kindMiniredis }
+
+// String describes t, e.g. "redis-server 127.0.0.1:40113 (spawned)".
+func (t *Target) String() string {
+	switch t.kind {
+	case kindMiniredis:
+		return "miniredis " + t.addrs[0] + " (embedded)"
+	case kindAddr:
+		return "redis " + t.addrs[0]
+	case kindCluster:
+		return "cluster " + strings.Join(t.addrs, ",")
+	default:
+		return "redis-server " + t.addrs[0] + " (spawned)"
+	}
+}
+
+// Close closes t's client and stops the miniredis or redis-server that t
+// started. Closing twice does nothing.
+func (t *Target) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if t.clock != nil {
+		err = t.clock.Close()
+	}
+	if t.mini != nil {
+		t.mini.Close()
+	}
+	if t.proc != nil {
+		err = errors.Join(err, t.proc.Stop())
+	}
+	return err
+}
+
+// now returns the Redis clock: TIME, or for miniredis (whose TIME and
+// scripts read time.Now) the local clock.
+func (t *Target) now(ctx context.Context) (time.Time, error) {
+	if t.kind == kindMiniredis {
+		return time.Now(), nil
+	}
+	now, err := t.clock.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bench: TIME: %w", err)
+	}
+	return now, nil
+}
+
+// prefix returns a Redis key prefix no other run on t has used, and that no
+// earlier process used either (it holds the start time).
+func (t *Target) prefix(mode string) string {
+	return fmt.Sprintf("bench-%x-%d-%s", time.Now().UnixNano(), t.runs.Add(1), mode)
+}
+
+// client returns a new client of t, the way the limiter wants it: nothing
+// sent twice (MaxRetries -1) and the callers' deadlines honoured. hook, if
+// not nil, sees every command.
+func (t *Target) client(hook redis.Hook) redis.UniversalClient {
+	var rdb redis.UniversalClient
+	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if t.kind == kindCluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                    t.addrs,
+			Dialer:                   dialLoopback,
+			MaxRetries:               -1,
+			ContextTimeoutEnabled:    true,
+			MaintNotificationsConfig: noMaint,
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{
+			Addr:                     t.addrs[0],
+			Dialer:                   dialLoopback,
+			MaxRetries:               -1,
+			ContextTimeoutEnabled:    true,
+			MaintNotificationsConfig: noMaint,
+		})
+	}
+	if hook != nil {
+		rdb.AddHook(hook)
+	}
+	return rdb
+}
+
+// counter is a go-redis hook that counts commands: one per command, each
+// command of a pipeline or transaction included.
+type counter struct {
+	n atomic.Int64
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// checkLoopback returns an error unless addr is host:port with a loopback IP
+// or "localhost" as host.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("bench: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("bench: address %q is not a loopback address", addr)
+	}
+	return nil
+}
+
+// dialLoopback dials addr like go-redis does, but only a loopback address.
+func dialLoopback(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := checkLoopback(addr); err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
+	return d.DialContext(ctx, network, addr)
+}
