@@ -33,10 +33,12 @@
 // is asked twice its limit and the fleet admits 8 times the ideal.
 //
 // A progress line on stderr is rewritten once a second (-q turns it off);
-// the table goes to stdout, and -json FILE writes every report as JSON.
+// the table goes to stdout, -json FILE writes every report as JSON, and
+// -plot FILE draws the admitted rate over time per mode as an SVG chart.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,6 +67,7 @@ func run() error {
 		cluster = flag.String("cluster", "", "use the Redis Cluster with these comma-separated loopback `addresses`")
 		spawn   = flag.Bool("spawn-redis", false, "start a redis-server from PATH on a free loopback port, and stop it at the end")
 		jsonOut = flag.String("json", "", "write the reports as JSON to `file`")
+		plotOut = flag.String("plot", "", "draw the admitted rate over time per mode as an SVG `file`")
 		quiet   = flag.Bool("q", false, "no progress line")
 	)
 	flag.IntVar(&sc.Instances, "instances", 8, "instances in the fleet, each with its own Redis client and limiter")
@@ -153,6 +156,15 @@ func run() error {
 			return err
 		}
 		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if *plotOut != "" && len(reports) > 0 {
+		var buf bytes.Buffer
+		if err := bench.Chart(sc, reports).WriteSVG(&buf); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*plotOut, buf.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,34 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/hybridlimit/hybrid/bench/plot"
+)
+
+// Chart draws the admitted rate over time of each report, one line per
+// mode, from their timelines, with the limit of a single key as a
+// reference line.
+func Chart(sc Scenario, reports []Report) plot.Chart {
+	c := plot.Chart{
+		Title:  fmt.Sprintf("Admitted per mode: %d instances, %d keys, demand %gx the limit", sc.Instances, max(sc.Keys, 1), sc.Demand),
+		XLabel: "time (s)",
+		YLabel: "admitted (tokens/s)",
+	}
+	cost := max(sc.Cost, 1)
+	for _, r := range reports {
+		s := plot.Series{Name: r.Mode}
+		prev := 0.0
+		for _, p := range r.Timeline {
+			if dt := p.At - prev; dt > 0 {
+				s.Points = append(s.Points, plot.Point{T: p.At, V: float64(p.Admitted*cost) / dt})
+			}
+			prev = p.At
+		}
+		c.Series = append(c.Series, s)
+	}
+	if sc.Keys <= 1 && sc.Rate > 0 {
+		c.Lines = append(c.Lines, plot.HLine{Y: sc.Rate, Label: fmt.Sprintf("limit %g/s", sc.Rate)})
+	}
+	return c
+}
