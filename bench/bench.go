@@ -33,6 +33,16 @@
 // Keys asked for at least that much are saturated: admitted tokens over
 // them are compared with the ideal (under-admission), and the largest
 // excess of any key over B + R*T is the overshoot.
+//
+// # Outages
+//
+// A Scenario with an Outage takes the Target's Redis away during the run
+// (Target.Owned: the embedded miniredis or a spawned redis-server) and
+// brings it back empty; Report.Outage says what the fleet did meanwhile
+// and how soon the hybrid instances left their fallback. The accuracy
+// figures are computed as ever, but B + R*T no longer bounds the hybrid
+// modes then: their fallback admits while Redis is down, and what it
+// admitted is charged to a bucket that came back empty.
 package bench
 
 import (
@@ -43,6 +53,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +100,10 @@ var (
 	ErrNeedsRedis = errors.New("bench: redis_rate needs a real Redis")
 	// ErrScenario is returned by Run for a scenario out of range.
 	ErrScenario = errors.New("bench: invalid scenario")
+	// ErrNotOwned is returned by Run for a Scenario with an Outage on a
+	// Target that did not start its Redis (Dial, DialCluster): only the
+	// embedded miniredis and a spawned redis-server can be taken down.
+	ErrNotOwned = errors.New("bench: an outage needs a Redis started here (embedded miniredis or spawned redis-server), not one given by address")
 )
 
 // The key distributions.
@@ -143,6 +158,48 @@ type Scenario struct {
 	// Config configures the hybrid Limiters. Run sets Prefix (unique per
 	// run) and InstanceID.
 	Config hybrid.Config
+	// Outage, if its For is not 0, takes the Target's Redis away during
+	// each run, At after the first arrival, for For, and brings it back
+	// empty. At + For must not exceed Duration.
+	Outage Outage
+}
+
+// Outage is a Redis outage in a run: from At after the first arrival, for
+// For. The zero Outage is none.
+type Outage struct {
+	At, For time.Duration
+}
+
+// ParseOutage parses "DUR@AT", such as "2s@5s": down for DUR from AT after
+// the first arrival. "" is no outage.
+func ParseOutage(s string) (Outage, error) {
+	if s == "" {
+		return Outage{}, nil
+	}
+	dur, at, ok := strings.Cut(s, "@")
+	if !ok {
+		return Outage{}, fmt.Errorf("%w: outage %q, want DUR@AT such as 2s@5s", ErrScenario, s)
+	}
+	f, err := time.ParseDuration(dur)
+	if err != nil {
+		return Outage{}, fmt.Errorf("%w: outage %q: %w", ErrScenario, s, err)
+	}
+	a, err := time.ParseDuration(at)
+	if err != nil {
+		return Outage{}, fmt.Errorf("%w: outage %q: %w", ErrScenario, s, err)
+	}
+	if f <= 0 || a < 0 {
+		return Outage{}, fmt.Errorf("%w: outage %q, want a positive DUR and AT >= 0", ErrScenario, s)
+	}
+	return Outage{At: a, For: f}, nil
+}
+
+// String returns o as DUR@AT, or "" for none.
+func (o Outage) String() string {
+	if o.For == 0 {
+		return ""
+	}
+	return o.For.String() + "@" + o.At.String()
 }
 
 // withDefaults returns sc with its zero fields set, or an error wrapping
@@ -193,6 +250,10 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 		return sc, fmt.Errorf("%w: burst %d, want 1 to 1e9", ErrScenario, sc.Burst)
 	case sc.Cost < 1 || sc.Cost > sc.Burst:
 		return sc, fmt.Errorf("%w: cost %d, want 1 to the burst", ErrScenario, sc.Cost)
+	case sc.Outage.For < 0 || sc.Outage.At < 0:
+		return sc, fmt.Errorf("%w: negative outage %v@%v", ErrScenario, sc.Outage.For, sc.Outage.At)
+	case sc.Outage.For > 0 && sc.Outage.At+sc.Outage.For > sc.Duration:
+		return sc, fmt.Errorf("%w: outage %v@%v ends after the duration %v", ErrScenario, sc.Outage.For, sc.Outage.At, sc.Duration)
 	}
 	return sc, nil
 }
@@ -214,8 +275,12 @@ func (sc Scenario) String() string {
 			keys += "(" + strconv.FormatFloat(sc.ZipfS, 'g', -1, 64) + ")"
 		}
 	}
-	return fmt.Sprintf("%d instances x %d workers, %s, demand %gx (%.0f req/s), R=%g/s B=%d cost %d, %v",
+	s := fmt.Sprintf("%d instances x %d workers, %s, demand %gx (%.0f req/s), R=%g/s B=%d cost %d, %v",
 		sc.Instances, sc.Workers, keys, sc.Demand, sc.Offered(), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+	if sc.Outage.For > 0 {
+		s += fmt.Sprintf(", Redis down for %v at %v", sc.Outage.For, sc.Outage.At)
+	}
+	return s
 }
 
 // Progress is a snapshot of a run in progress, given to Run's progress
@@ -235,6 +300,37 @@ type Sample struct {
 	At        float64 `json:"t_s"`       // seconds since the first arrival, at the sample's end
 	Decisions int64   `json:"decisions"` // decisions in the sample
 	Admitted  int64   `json:"admitted"`  // decisions allowed in the sample
+	Fallback  int64   `json:"fallback"`  // decisions made by the fallback policy in the sample
+}
+
+// OutageReport is what a run measured while its Redis was down: the
+// decisions issued from the moment it was taken away (From) to the moment
+// it answered again, empty (To).
+type OutageReport struct {
+	// From and To are in seconds since the first arrival.
+	From float64 `json:"from_s"`
+	To   float64 `json:"to_s"`
+	// Decisions counts the decisions issued in the outage and answered;
+	// DecisionsPerSec is them over To - From; Errors counts those that
+	// failed.
+	Decisions       int64   `json:"decisions"`
+	DecisionsPerSec float64 `json:"decisions_per_s"`
+	Errors          int64   `json:"errors"`
+	// The latency of the decisions issued in the outage.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	// Fallback counts those made by the fallback policy, FallbackPct as a
+	// percentage of Decisions.
+	Fallback    int64   `json:"fallback"`
+	FallbackPct float64 `json:"fallback_pct"`
+	// Recovery is, for the hybrid modes, the time from To to the first
+	// once-a-second sample at which no instance's Stats().Degraded is true
+	// any more; Recovered is false if that did not happen within the run,
+	// or the mode has no hybrid Limiter. The sampler looks once a second,
+	// so Recovery overstates the breakers' actual recovery by up to a
+	// second.
+	Recovery  time.Duration `json:"recovery_ns"`
+	Recovered bool          `json:"recovered"`
 }
 
 // Report is what a run measured, for one mode. Token figures are in tokens
@@ -333,6 +429,12 @@ type Report struct {
 
 	// Timeline is the run second by second.
 	Timeline []Sample `json:"timeline"`
+
+	// Outage is what was measured while Redis was down, nil if the
+	// Scenario had no Outage. Accuracy figures still compare with
+	// B + R*T, which no longer bounds the hybrid modes: their fallback
+	// decides alone meanwhile, and what it admits is charged afterwards.
+	Outage *OutageReport `json:"outage,omitempty"`
 }
 
 // Run simulates sc's fleet in mode (Lease, Optimistic, Exact, Local or
@@ -360,6 +462,9 @@ func Run(ctx context.Context, t *Target, sc Scenario, mode string, progress func
 	default:
 		return Report{}, fmt.Errorf("%w %q", ErrMode, mode)
 	}
+	if sc.Outage.For > 0 && !t.Owned() {
+		return Report{}, fmt.Errorf("%w: %s", ErrNotOwned, t)
+	}
 	r := newRun(t, sc, mode)
 	if err := r.start(ctx); err != nil {
 		return Report{}, errors.Join(append([]error{err}, r.close()...)...)
@@ -383,6 +488,10 @@ type run struct {
 	asked, admitted []atomic.Int64 // requests per key
 
 	insts []*instance
+
+	// The outage, in nanoseconds since the first arrival: when Redis was
+	// taken down and when it answered again; -1 until then.
+	downAt, backAt atomic.Int64
 }
 
 // instance is one member of the fleet.
@@ -402,6 +511,10 @@ type worker struct {
 
 	hist     Histogram
 	firstErr error
+
+	// The decisions issued during the outage.
+	outDecisions, outFallback, outErrors int64
+	outHist                              Histogram
 }
 
 func newRun(t *Target, sc Scenario, mode string) *run {
@@ -414,6 +527,8 @@ func newRun(t *Target, sc Scenario, mode string) *run {
 		asked:    make([]atomic.Int64, sc.Keys),
 		admitted: make([]atomic.Int64, sc.Keys),
 	}
+	r.downAt.Store(-1)
+	r.backAt.Store(-1)
 	for i := range r.keys {
 		r.keys[i] = "k" + strconv.Itoa(i)
 		if mode == RedisRate { // redis_rate has no prefix of its own
@@ -535,12 +650,23 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 			wg.Go(func() { r.work(ctx, in, w, start) })
 		}
 	}
+	var (
+		owg    sync.WaitGroup
+		outErr error
+	)
+	if sc.Outage.For > 0 {
+		owg.Go(func() { outErr = r.outage(ctx, start) })
+	}
 	done := make(chan struct{})
-	var timeline []Sample
+	var (
+		timeline []Sample
+		recovery time.Duration
+	)
 	var pwg sync.WaitGroup
-	pwg.Go(func() { timeline = r.report(start, done, progress) })
+	pwg.Go(func() { timeline, recovery = r.report(start, done, progress) })
 	wg.Wait()
 	elapsed := time.Since(start)
+	owg.Wait()
 	t1, terr := r.t.now(context.WithoutCancel(ctx))
 	close(done)
 	pwg.Wait()
@@ -568,10 +694,15 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 	if sc.Dist == Zipf {
 		rep.ZipfS = sc.ZipfS
 	}
-	var hist Histogram
+	var hist, outHist Histogram
+	var out OutageReport
 	for _, in := range r.insts {
 		for _, w := range in.workers {
 			hist.Merge(&w.hist)
+			outHist.Merge(&w.outHist)
+			out.Decisions += w.outDecisions
+			out.Fallback += w.outFallback
+			out.Errors += w.outErrors
 			rep.Decisions += w.decisions.Load()
 			rep.Admitted += w.admitted.Load()
 			rep.Late += w.late.Load()
@@ -590,6 +721,23 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 		rep.CommandsPerDecision = float64(cmds) / float64(rep.Decisions)
 	}
 	r.accuracy(&rep)
+	if sc.Outage.For > 0 {
+		if down, back := r.downAt.Load(), r.backAt.Load(); down >= 0 && back >= down {
+			out.From, out.To = time.Duration(down).Seconds(), time.Duration(back).Seconds()
+			if back > down {
+				out.DecisionsPerSec = float64(out.Decisions) / time.Duration(back-down).Seconds()
+			}
+			out.P50, out.P99 = outHist.Quantile(0.5), outHist.Quantile(0.99)
+			if out.Decisions > 0 {
+				out.FallbackPct = 100 * float64(out.Fallback) / float64(out.Decisions)
+			}
+			out.Recovery, out.Recovered = recovery, recovery >= 0
+			if !out.Recovered {
+				out.Recovery = 0
+			}
+			rep.Outage = &out
+		}
+	}
 
 	// Memory, before anything is closed.
 	for _, in := range r.insts {
@@ -609,10 +757,58 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 	if r.mode == Optimistic {
 		rep.OvershootBound = r.insts[0].dec.(*hybridDecider).l.Overshoot(r.lim)
 	}
-	if terr != nil {
-		return rep, terr
+	if err := errors.Join(outErr, terr); err != nil {
+		return rep, err
 	}
 	return rep, ctx.Err()
+}
+
+// outage takes the Target's Redis down at sc.Outage.At after start and
+// brings it back, empty, sc.Outage.For later, recording both moments. If
+// ctx ends first, it does not take Redis down, or brings it back at once.
+func (r *run) outage(ctx context.Context, start time.Time) error {
+	o := r.sc.Outage
+	timer := time.NewTimer(time.Until(start.Add(o.At)))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-timer.C:
+	}
+	r.downAt.Store(int64(time.Since(start)))
+	err := r.t.down()
+	timer.Reset(time.Until(start.Add(o.At + o.For)))
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	if uerr := r.t.up(context.WithoutCancel(ctx)); uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	r.backAt.Store(int64(time.Since(start)))
+	return err
+}
+
+// inOutage reports whether a decision issued at since (from the first
+// arrival) was issued while Redis was down.
+func (r *run) inOutage(since time.Duration) bool {
+	down := r.downAt.Load()
+	if down < 0 || int64(since) < down {
+		return false
+	}
+	back := r.backAt.Load()
+	return back < 0 || int64(since) < back
+}
+
+// degraded reports whether any hybrid instance's fallback policy is
+// deciding now.
+func (r *run) degraded() bool {
+	for _, in := range r.insts {
+		if d, ok := in.dec.(*hybridDecider); ok && d.l.Stats().Degraded {
+			return true
+		}
+	}
+	return false
 }
 
 // accuracy fills in the figures that compare admitted with ideal.
@@ -679,12 +875,20 @@ func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time
 			w.late.Add(1)
 		}
 		ok, src, err := in.dec.decide(ctx, r.keys[k], r.sc.Cost)
-		w.hist.Record(time.Since(now))
+		took := time.Since(now)
+		w.hist.Record(took)
+		out := r.inOutage(now.Sub(start))
+		if out {
+			w.outHist.Record(took)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return // stopped, not broken
 			}
 			w.errors.Add(1)
+			if out {
+				w.outErrors++
+			}
 			if w.firstErr == nil {
 				w.firstErr = err
 			}
@@ -692,9 +896,15 @@ func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time
 		}
 		r.asked[k].Add(1)
 		w.decisions.Add(1)
+		if out {
+			w.outDecisions++
+		}
 		switch src {
 		case hybrid.SourceFallback:
 			w.fallback.Add(1)
+			if out {
+				w.outFallback++
+			}
 		case hybrid.SourceRedis:
 			w.redis.Add(1)
 		}
@@ -706,12 +916,16 @@ func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time
 }
 
 // report samples the workers' counters once a second until done is
-// closed, calls progress with them, and returns the timeline.
-func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progress)) []Sample {
+// closed, calls progress with them, and returns the timeline and the
+// recovery after an outage: the time from Redis answering again to the
+// first sample at which no hybrid instance is degraded, or -1 if none was
+// (or the mode has no hybrid Limiter).
+func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progress)) ([]Sample, time.Duration) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var timeline []Sample
-	var lastDec, lastAdm int64
+	var lastDec, lastAdm, lastFb int64
+	recovery := time.Duration(-1)
 	last := start
 	for {
 		stop := false
@@ -722,26 +936,32 @@ func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progre
 		}
 		now := time.Now()
 		var p Progress
+		var fb int64
 		for _, in := range r.insts {
 			for _, w := range in.workers {
 				p.Decisions += w.decisions.Load()
 				p.Admitted += w.admitted.Load()
 				p.Errors += w.errors.Load()
+				fb += w.fallback.Load()
 			}
+		}
+		if back := r.backAt.Load(); back >= 0 && recovery < 0 && r.hybridMode() && !r.degraded() {
+			recovery = max(now.Sub(start)-time.Duration(back), 0)
 		}
 		if p.Decisions > lastDec || !stop {
 			timeline = append(timeline, Sample{
 				At:        now.Sub(start).Seconds(),
 				Decisions: p.Decisions - lastDec,
 				Admitted:  p.Admitted - lastAdm,
+				Fallback:  fb - lastFb,
 			})
 		}
 		if stop {
-			return timeline
+			return timeline, recovery
 		}
 		p.Mode, p.Elapsed, p.Duration = r.mode, now.Sub(start), r.sc.Duration
 		p.Rate = float64(p.Decisions-lastDec) / now.Sub(last).Seconds()
-		lastDec, lastAdm, last = p.Decisions, p.Admitted, now
+		lastDec, lastAdm, lastFb, last = p.Decisions, p.Admitted, fb, now
 		if progress != nil {
 			progress(p)
 		}

@@ -356,4 +356,133 @@ func TestWriteTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}
 	}
+	if strings.Contains(lines[0], "recovery") {
+		t.Errorf("header %q has outage columns without an outage", lines[0])
+	}
+
+	reports[0].Outage = &OutageReport{DecisionsPerSec: 3990, P50: 900, P99: 51_000_000, FallbackPct: 81.5, Recovery: 998 * time.Millisecond, Recovered: true}
+	reports[1].Outage = &OutageReport{}
+	buf.Reset()
+	if err := WriteTable(&buf, reports); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	for i, line := range lines {
+		if len([]rune(line)) != len([]rune(lines[0])) {
+			t.Errorf("line %d is %d characters wide, the header %d: not aligned:\n%s", i, len([]rune(line)), len([]rune(lines[0])), buf.String())
+		}
+	}
+	for _, want := range []string{"out dec/s", "recovery", "3990", "81.5%", "998.00ms", "51.00ms", "none"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestRunOutage: Redis (the embedded miniredis) goes away for 1 s from 1 s
+// into a 3 s run and comes back empty. Lease keeps deciding, through its
+// fallback, at about the offered rate, and its breakers close again within
+// 2 s of Redis answering; local does not notice. The chart shades the
+// outage once.
+func TestRunOutage(t *testing.T) {
+	target := miniTarget(t)
+	sc := fleetScenario
+	sc.Duration = 3 * time.Second
+	sc.Outage = Outage{At: time.Second, For: time.Second}
+	var reports []Report
+	for _, mode := range []string{Lease, Local} {
+		rep, err := Run(t.Context(), target, sc, mode, nil)
+		if err != nil {
+			t.Fatalf("%s: Run: %v", mode, err)
+		}
+		if rep.Errors != 0 {
+			t.Errorf("%s: %d errors, first %s", mode, rep.Errors, rep.FirstError)
+		}
+		o := rep.Outage
+		if o == nil {
+			t.Fatalf("%s: no outage in the report", mode)
+		}
+		if o.From < 0.99 || o.To < o.From+0.99 || o.To > o.From+1.5 {
+			t.Errorf("%s: outage from %.3fs to %.3fs, want about 1s to 2s", mode, o.From, o.To)
+		}
+		if o.Errors != 0 {
+			t.Errorf("%s: %d errors in the outage", mode, o.Errors)
+		}
+		// A Poisson count over 1 s at 400/s: within 20% of it by far.
+		if off := sc.Offered(); o.DecisionsPerSec < 0.8*off || o.DecisionsPerSec > 1.2*off {
+			t.Errorf("%s: %.0f decisions/s in the outage, offered %.0f", mode, o.DecisionsPerSec, off)
+		}
+		switch mode {
+		case Lease:
+			if o.Fallback == 0 {
+				t.Errorf("lease: no fallback decision in the outage: %+v", o)
+			}
+			if !o.Recovered || o.Recovery >= 2*time.Second {
+				t.Errorf("lease: recovered %v after %v, want within 2s", o.Recovered, o.Recovery)
+			}
+		case Local:
+			if o.Fallback != 0 || o.Recovered {
+				t.Errorf("local: %+v, want no fallback and no recovery figure", o)
+			}
+		}
+		reports = append(reports, rep)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, reports); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "recovery") {
+		t.Errorf("the table has no outage columns:\n%s", buf.String())
+	}
+	c := Chart(sc, reports)
+	if len(c.Spans) != 1 || c.Spans[0].Label != "Redis down" {
+		t.Errorf("spans %+v, want one labelled Redis down", c.Spans)
+	}
+	// The Redis is back and answers.
+	if err := target.clock.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("PING after the runs: %v", err)
+	}
+}
+
+// TestRunOutageNotOwned: an outage needs a Redis started here.
+func TestRunOutageNotOwned(t *testing.T) {
+	m := miniTarget(t)
+	target, err := Dial(m.addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	sc := fleetScenario
+	sc.Outage = Outage{At: time.Second, For: 500 * time.Millisecond}
+	if _, err := Run(t.Context(), target, sc, Lease, nil); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Run with an outage on a dialled Redis: %v, want ErrNotOwned", err)
+	}
+	sc.Outage = Outage{At: 2 * time.Second, For: time.Second}
+	if _, err := Run(t.Context(), m, sc, Lease, nil); !errors.Is(err, ErrScenario) {
+		t.Errorf("Run with an outage past the duration: %v, want ErrScenario", err)
+	}
+}
+
+func TestParseOutage(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Outage
+		ok   bool
+	}{
+		{"", Outage{}, true},
+		{"2s@5s", Outage{At: 5 * time.Second, For: 2 * time.Second}, true},
+		{"500ms@0s", Outage{For: 500 * time.Millisecond}, true},
+		{"2s", Outage{}, false},
+		{"0s@1s", Outage{}, false},
+		{"1s@-1s", Outage{}, false},
+		{"x@1s", Outage{}, false},
+	} {
+		got, err := ParseOutage(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseOutage(%q) = %+v, %v; want %+v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if tc.ok && got.String() != tc.in && tc.in != "500ms@0s" {
+			t.Errorf("%+v.String() = %q, want %q", got, got.String(), tc.in)
+		}
+	}
 }

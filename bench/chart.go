@@ -8,7 +8,9 @@ import (
 
 // Chart draws the admitted rate over time of each report, one line per
 // mode, from their timelines, with the limit of a single key as a
-// reference line.
+// reference line, and the Redis outage, if any, shaded as a span labelled
+// "Redis down" (from the earliest start to the latest end over the
+// reports, which differ by milliseconds).
 func Chart(sc Scenario, reports []Report) plot.Chart {
 	c := plot.Chart{
 		Title:  fmt.Sprintf("Admitted per mode: %d instances, %d keys, demand %gx the limit", sc.Instances, max(sc.Keys, 1), sc.Demand),
@@ -26,6 +28,22 @@ func Chart(sc Scenario, reports []Report) plot.Chart {
 			prev = p.At
 		}
 		c.Series = append(c.Series, s)
+	}
+	var from, to float64
+	outage := false
+	for _, r := range reports {
+		if o := r.Outage; o != nil {
+			if !outage || o.From < from {
+				from = o.From
+			}
+			if !outage || o.To > to {
+				to = o.To
+			}
+			outage = true
+		}
+	}
+	if outage {
+		c.Spans = append(c.Spans, plot.Span{From: from, To: to, Label: "Redis down"})
 	}
 	if sc.Keys <= 1 && sc.Rate > 0 {
 		c.Lines = append(c.Lines, plot.HLine{Y: sc.Rate, Label: fmt.Sprintf("limit %g/s", sc.Rate)})

@@ -28,9 +28,22 @@ const tableHeader = "mode\tdec/s\tlate\tp50\tp99\tp99.9\tcmd/dec\tadmitted\tidea
 //   - fallback: decisions made by the fallback policy; redis err: the
 //     hybrid Limiters' failed calls to Redis (Report.RedisErrors); errors:
 //     failed decisions.
+//
+// If any report has an Outage, five columns follow, for the decisions
+// issued while Redis was down: out dec/s, out p50, out p99, out fallback
+// (the share the fallback policy made) and recovery (OutageReport.Recovery;
+// "-" for a mode without a hybrid Limiter, "none" if not within the run).
 func WriteTable(w io.Writer, reports []Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, tableHeader+"\t")
+	outage := false
+	for _, r := range reports {
+		outage = outage || r.Outage != nil
+	}
+	if outage {
+		fmt.Fprintln(tw, tableHeader+"\t"+outageHeader+"\t")
+	} else {
+		fmt.Fprintln(tw, tableHeader+"\t")
+	}
 	for _, r := range reports {
 		late := 0.0
 		if r.Decisions > 0 {
@@ -52,13 +65,38 @@ func WriteTable(w io.Writer, reports []Report) error {
 		if r.MemPerKey > 0 {
 			mem = fmt.Sprintf("%.0f B", r.MemPerKey)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.4f\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.4f\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t",
 			r.Mode, r.DecisionsPerSec, late,
 			fmtDuration(r.P50), fmtDuration(r.P99), fmtDuration(r.P999),
 			r.CommandsPerDecision, r.AdmittedTokens, r.IdealSaturated, adm, over, under, mem,
 			r.Fallback, r.RedisErrors, r.Errors)
+		if outage {
+			writeOutage(tw, r)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// outageHeader names the outage columns.
+const outageHeader = "out dec/s\tout p50\tout p99\tout fallback\trecovery"
+
+// writeOutage writes r's outage columns.
+func writeOutage(w io.Writer, r Report) {
+	o := r.Outage
+	if o == nil {
+		fmt.Fprint(w, "-\t-\t-\t-\t-\t")
+		return
+	}
+	rec := "-"
+	switch {
+	case o.Recovered:
+		rec = fmtDuration(o.Recovery)
+	case r.Mode == Lease || r.Mode == Optimistic || r.Mode == Exact:
+		rec = "none"
+	}
+	fmt.Fprintf(w, "%.0f\t%s\t%s\t%.1f%%\t%s\t",
+		o.DecisionsPerSec, fmtDuration(o.P50), fmtDuration(o.P99), o.FallbackPct, rec)
 }
 
 // fmtDuration formats d with three or four significant digits.

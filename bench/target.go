@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,8 @@ type Target struct {
 	proc  *redistest.Proc      // kindSpawned: owned
 	clock redis.UniversalClient
 	runs  atomic.Uint64 // runs started, for key prefixes
+
+	outMu sync.Mutex // serializes down and up
 
 	closed atomic.Bool
 }
@@ -106,6 +109,61 @@ func open(t *Target) (*Target, error) {
 // Real reports whether t is a real Redis (not miniredis): the redis_rate
 // mode needs one.
 func (t *Target) Real() bool { return t.kind != kindMiniredis }
+
+// Owned reports whether t started the Redis it points at (the embedded
+// miniredis or a spawned redis-server), and so can take it down and bring
+// it back: a Scenario with an Outage needs one.
+func (t *Target) Owned() bool { return t.mini != nil || t.proc != nil }
+
+// down takes t's Redis away: it closes the miniredis, or kills the
+// redis-server with SIGKILL, like a crash.
+func (t *Target) down() error {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	switch {
+	case t.mini != nil:
+		t.mini.Close()
+		return nil
+	case t.proc != nil:
+		if err := t.proc.Kill(); err != nil {
+			return fmt.Errorf("bench: outage: %w", err)
+		}
+		return nil
+	}
+	return ErrNotOwned
+}
+
+// up brings t's Redis back, on the same address and empty: the miniredis
+// is restarted and flushed, the redis-server started again (it keeps no
+// data). It then pings through t's clock client until it answers, so that
+// connections broken by the outage are dropped from its pool.
+func (t *Target) up(ctx context.Context) error {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	switch {
+	case t.mini != nil:
+		if err := t.mini.Restart(); err != nil {
+			return fmt.Errorf("bench: outage: restart miniredis: %w", err)
+		}
+		t.mini.FlushAll()
+	case t.proc != nil:
+		if err := t.proc.Restart(); err != nil {
+			return fmt.Errorf("bench: outage: %w", err)
+		}
+	default:
+		return ErrNotOwned
+	}
+	var err error
+	for range 5 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = t.clock.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("bench: outage: Redis back but no answer to PING: %w", err)
+}
 
 // String describes t, e.g. "redis-server 127.0.0.1:40113 (spawned)".
 func (t *Target) String() string {

@@ -35,6 +35,14 @@
 // A progress line on stderr is rewritten once a second (-q turns it off);
 // the table goes to stdout, -json FILE writes every report as JSON, and
 // -plot FILE draws the admitted rate over time per mode as an SVG chart.
+//
+// -outage DUR@AT (e.g. 2s@5s) takes the Redis away during each mode's run,
+// at AT after the first arrival, for DUR, and brings it back empty: the
+// spawned redis-server is killed and started again on the same port, the
+// embedded miniredis closed, restarted and flushed. A Redis given with
+// -redis or -cluster is refused. The table then gains columns for the
+// decisions issued while Redis was down, and the time the hybrid instances
+// took to leave their fallback; the plot shades the outage.
 package main
 
 import (
@@ -49,6 +57,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybrid/bench"
 )
 
@@ -60,6 +70,7 @@ func main() {
 }
 
 func run() error {
+	var err error
 	var (
 		sc      bench.Scenario
 		modes   = flag.String("modes", "", "comma-separated modes: lease, optimistic, exact, local, redis_rate (default lease,optimistic,exact,local, and redis_rate on a real Redis)")
@@ -69,6 +80,7 @@ func run() error {
 		jsonOut = flag.String("json", "", "write the reports as JSON to `file`")
 		plotOut = flag.String("plot", "", "draw the admitted rate over time per mode as an SVG `file`")
 		quiet   = flag.Bool("q", false, "no progress line")
+		outage  = flag.String("outage", "", "take the Redis away during each mode's run, `DUR@AT`: at AT after the first arrival, for DUR (e.g. 2s@5s), and bring it back empty; embedded miniredis or -spawn-redis only")
 	)
 	flag.IntVar(&sc.Instances, "instances", 8, "instances in the fleet, each with its own Redis client and limiter")
 	flag.DurationVar(&sc.Duration, "duration", 10*time.Second, "how long requests arrive, per mode")
@@ -90,6 +102,19 @@ func run() error {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if sc.Outage, err = bench.ParseOutage(*outage); err != nil {
+		return fmt.Errorf("-outage: %w", err)
+	}
+	if sc.Outage.For > 0 && (*addr != "" || *cluster != "") {
+		return errors.New("-outage needs a Redis this command owns, to kill and restart: the embedded miniredis or -spawn-redis, not -redis or -cluster")
+	}
+	if sc.Outage.For > 0 && sc.Outage.At+sc.Outage.For > sc.Duration {
+		return fmt.Errorf("-outage %s ends after -duration %v", *outage, sc.Duration)
+	}
+	if sc.Outage.For > 0 {
+		// Every client would log each refused dial while Redis is down.
+		redis.SetLogger(quietLogger{})
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -201,6 +226,11 @@ func openTarget(addr, cluster string, spawn bool) (*bench.Target, error) {
 	}
 	return bench.Miniredis()
 }
+
+// quietLogger is a go-redis logger that drops everything.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // printProgress rewrites the progress line on stderr.
 func printProgress(p bench.Progress) {
