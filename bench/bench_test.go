@@ -486,3 +486,25 @@ func TestParseOutage(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteSweep(t *testing.T) {
+	var buf bytes.Buffer
+	reports := []Report{
+		{Mode: Lease, SyncInterval: 50 * time.Millisecond, LocalCapacity: 256, CommandsPerDecision: 0.1, SaturatedKeys: 1, AdmittedPct: 99.5, UnderPct: 0.5},
+		{Mode: Optimistic, SyncInterval: 200 * time.Millisecond, LocalCapacity: 4096, CommandsPerDecision: 0.01, SaturatedKeys: 1, AdmittedPct: 101, Overshoot: 10, OvershootPct: 1},
+	}
+	if err := WriteSweep(&buf, reports); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("WriteSweep wrote %d lines, want a header and 2 rows:\n%s", len(lines), buf.String())
+	}
+	for i, want := range [][]string{{"lease", "50ms", "256", "0.1000", "99.50%"}, {"optimistic", "200ms", "4096", "+10 (1.00%)"}} {
+		for _, w := range want {
+			if !strings.Contains(lines[i+1], w) {
+				t.Errorf("row %d %q lacks %q", i, lines[i+1], w)
+			}
+		}
+	}
+}

@@ -111,3 +111,29 @@ func fmtDuration(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
+
+// sweepHeader names WriteSweep's columns.
+const sweepHeader = "mode\tsync\tlocal cap\tcmd/dec\tadm/ideal\tovershoot\tunder\tp99\tfallback\tredis err"
+
+// WriteSweep writes reports of one scenario run with different SyncInterval
+// and LocalCapacity settings, one row per report: accuracy (adm/ideal,
+// overshoot, under) against Redis load (cmd/dec), for choosing the two.
+func WriteSweep(w io.Writer, reports []Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, sweepHeader+"\t")
+	for _, r := range reports {
+		adm, under := "-", "-"
+		if r.SaturatedKeys > 0 {
+			adm = fmt.Sprintf("%.2f%%", r.AdmittedPct)
+			under = fmt.Sprintf("%.2f%%", r.UnderPct)
+		}
+		over := "0"
+		if r.Overshoot > 0 {
+			over = fmt.Sprintf("+%.0f (%.2f%%)", r.Overshoot, r.OvershootPct)
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%.4f\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
+			r.Mode, r.SyncInterval, r.LocalCapacity, r.CommandsPerDecision, adm, over, under,
+			fmtDuration(r.P99), r.Fallback, r.RedisErrors)
+	}
+	return tw.Flush()
+}

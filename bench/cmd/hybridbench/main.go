@@ -54,6 +54,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,9 @@ func run() error {
 		spawn   = flag.Bool("spawn-redis", false, "start a redis-server from PATH on a free loopback port, and stop it at the end")
 		jsonOut = flag.String("json", "", "write the reports as JSON to `file`")
 		plotOut = flag.String("plot", "", "draw the admitted rate over time per mode as an SVG `file`")
+		sweep   = flag.Bool("sweep", false, "run lease and optimistic over every -sweep-sync and -sweep-lc setting and print accuracy against Redis load")
+		sSync   = flag.String("sweep-sync", "50ms,100ms,200ms", "SyncInterval `values` for -sweep")
+		sLC     = flag.String("sweep-lc", "256,4096,65536", "LocalCapacity `values` for -sweep, in tokens")
 		quiet   = flag.Bool("q", false, "no progress line")
 		outage  = flag.String("outage", "", "take the Redis away during each mode's run, `DUR@AT`: at AT after the first arrival, for DUR (e.g. 2s@5s), and bring it back empty; embedded miniredis or -spawn-redis only")
 	)
@@ -149,6 +153,9 @@ func run() error {
 	}
 
 	fmt.Printf("%s\non %s\n\n", sc, target)
+	if *sweep {
+		return runSweep(ctx, target, sc, list, *sSync, *sLC, *quiet)
+	}
 	var reports []bench.Report
 	for _, mode := range list {
 		var progress func(bench.Progress)
@@ -240,4 +247,56 @@ func printProgress(p bench.Progress) {
 		line += fmt.Sprintf(", %d errors", p.Errors)
 	}
 	fmt.Fprintf(os.Stderr, "\r%-80s", line)
+}
+
+// runSweep runs lease and optimistic (those of modes) over every pair of
+// SyncInterval and LocalCapacity values and prints the sweep table.
+func runSweep(ctx context.Context, target *bench.Target, sc bench.Scenario, modes []string, syncs, lcs string, quiet bool) error {
+	var intervals []time.Duration
+	for _, f := range strings.Split(syncs, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("-sweep-sync %q: not a positive duration", f)
+		}
+		intervals = append(intervals, d)
+	}
+	var caps []int64
+	for _, f := range strings.Split(lcs, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-sweep-lc %q: not a positive number of tokens", f)
+		}
+		caps = append(caps, n)
+	}
+	var reports []bench.Report
+	for _, mode := range modes {
+		if mode != bench.Lease && mode != bench.Optimistic {
+			continue
+		}
+		for _, d := range intervals {
+			for _, lc := range caps {
+				run := sc
+				run.Config.SyncInterval, run.Config.LocalCapacity = d, lc
+				var progress func(bench.Progress)
+				if !quiet {
+					progress = printProgress
+				}
+				rep, err := bench.Run(ctx, target, run, mode, progress)
+				if !quiet {
+					fmt.Fprintf(os.Stderr, "\r%-80s\r", "")
+				}
+				if err != nil {
+					return fmt.Errorf("%s sync %v lc %d: %w", mode, d, lc, err)
+				}
+				reports = append(reports, rep)
+			}
+		}
+	}
+	if len(reports) == 0 {
+		return errors.New("-sweep runs lease and optimistic: -modes names neither")
+	}
+	if err := bench.WriteSweep(os.Stdout, reports); err != nil {
+		return err
+	}
+	return target.Close()
 }
