@@ -25,8 +25,8 @@ import (
 // keys warmed first. With many keys the x/time/rate side is a sync.Map of
 // *rate.Limiter, the usual way to key it. Compare with:
 //
-//	go test -run '^$' -bench . -count 6 . | tee /tmp/root-bench.txt
-//	benchstat -col /impl /tmp/root-bench.txt
+//	go test -run '^$' -bench . -count 6 . | tee root-bench.txt
+//	benchstat -col /impl root-bench.txt
 //
 // BenchmarkRedisPerDecision, BenchmarkAllowKeys and BenchmarkAllow's
 // lc=default need redis-server (they skip without it); the rest runs on
