@@ -172,7 +172,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Result, err
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
 	// The hot path, written out here (decide has it too) so that the Result
 	// is built in place.
-	if e := l.keys.Get(key); e != nil {
+	e := l.keys.Get(key)
+	if e != nil {
 		if sp := e.X.Spec(); sp != nil && sp.Mode == Lease && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
 			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
 				if left < l.r.LowWater(e) {
@@ -180,15 +181,18 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (R
 				}
 				return l.allowed(e, sp, lim, left, SourceLocal), nil
 			}
+			res, _, err := l.slow(ctx, key, lim, n, e) // not enough lease: no second try
+			return res, err
 		}
 	}
-	res, _, err := l.decide(ctx, key, lim, n)
+	res, _, err := l.decide(ctx, key, lim, n, e)
 	return res, err
 }
 
-// decide is AllowN that also returns the entry the decision was made on.
-func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64) (Result, *reconcile.Entry, error) {
-	if e := l.keys.Get(key); e != nil {
+// decide is AllowN that also returns the entry the decision was made on. e
+// is the key's entry as looked up already, or nil.
+func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (Result, *reconcile.Entry, error) {
+	if e != nil {
 		if sp := e.X.Spec(); sp != nil && sp.Mode != Exact && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
 			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
 				if sp.Mode == Lease {
@@ -207,14 +211,15 @@ func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64) (R
 			}
 		}
 	}
-	return l.slow(ctx, key, lim, n)
+	return l.slow(ctx, key, lim, n, e)
 }
 
 // slow is the path of a key without enough allowance, a new key, a changed
-// limit, an Exact limit, or fallback mode.
-func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64) (Result, *reconcile.Entry, error) {
+// limit, an Exact limit, or fallback mode. e is the key's entry as looked up
+// already, or nil.
+func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (Result, *reconcile.Entry, error) {
 	var sp *reconcile.Spec
-	if e := l.keys.Get(key); e != nil { // a valid key: skip its checks
+	if e != nil { // a valid key: skip its checks
 		if esp := e.X.Spec(); esp != nil && esp.Is(lim.Rate, lim.Burst, lim.Mode) {
 			sp = esp
 		}
@@ -235,7 +240,9 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64) (Res
 		return Result{}, nil, ErrClosed
 	}
 	for range 3 { // an entry may be retired under us: look the key up again
-		e, _ := l.keys.GetOrAdd(key)
+		if e == nil || e.Retired() {
+			e, _ = l.keys.GetOrAdd(key)
+		}
 		if e.X.Spec() != sp {
 			l.setSpec(e, sp)
 		}
@@ -246,6 +253,7 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64) (Res
 		if ok {
 			return res, e, nil
 		}
+		e = nil
 	}
 	// The store is churning faster than this key can keep an entry.
 	res := l.fallback(nil, sp, lim, cost, key)

@@ -512,6 +512,13 @@ func TestIntegrationLeaseKeepsUp(t *testing.T) {
 	}
 	fetches := int(l.Stats().Reconcile.Fetches) - fetches0
 	perDecision := float64(fetches) / float64(n-n0)
+	// The premise is keys asked for several times a round. On a machine so
+	// loaded that each key is asked for less than that, they are light keys,
+	// which rightly fetch on demand: the figure then says nothing.
+	if perRound := float64(n-n0) / keys / 10; perRound < 4 { // 10 rounds a second by default
+
+		t.Skipf("each key was asked for %.1f times a round (%d decisions in a second over %d keys): too few to test lease sizing on this machine now", perRound, n-n0, keys)
+	}
 	t.Logf("second 2: %d decisions (%v each), %d fetches (%.4f per decision); stats %+v",
 		n-n0, time.Second/time.Duration(max(n-n0, 1)), fetches, perDecision, l.Stats())
 	if perDecision > 0.01 {

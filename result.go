@@ -230,7 +230,7 @@ type Reservation struct {
 // tokens of an allowed decision can be given back with Cancel (for a request
 // that was not served after all).
 func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
-	res, e, err := l.decide(ctx, key, lim, n)
+	res, e, err := l.decide(ctx, key, lim, n, l.keys.Get(key))
 	if err != nil {
 		return nil, err
 	}

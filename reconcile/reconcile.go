@@ -86,6 +86,7 @@ type Reconciler struct {
 	gap   time.Duration
 
 	degraded atomic.Bool  // the breaker is not closed: decide locally
+	closing  atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
 	live     atomic.Int64 // fleet size for the fallback share
 	early    chan struct{}
 	flights  singleflight.Group
@@ -270,12 +271,8 @@ func (r *Reconciler) goOwned(f func()) bool {
 	return true
 }
 
-// Closed reports whether Close was called.
-func (r *Reconciler) Closed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed
-}
+// Closed reports whether Close was called. It takes no lock.
+func (r *Reconciler) Closed() bool { return r.closing.Load() }
 
 // Orphan records consumption of cost micro-tokens for a key whose entry
 // could not take it (it left the store): it is charged at the next round.

@@ -427,6 +427,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	r.closing.Store(true)
 	r.mu.Unlock()
 	r.stop()
 	r.wg.Wait()
