@@ -111,13 +111,13 @@ func BenchmarkRedisPerDecision(b *testing.B) {
 	lim := hybrid.Limit{Rate: 1e6, Burst: 1e6, Mode: hybrid.Lease}
 	p := redistest.Server(b)
 	rdb := redistest.Client(b, p)
-	var cmds cmdCounter
+	var cmds redistest.Counter
 	rdb.AddHook(&cmds)
 	l := benchLimiter(b, rdb, hybrid.Config{})
 	benchWarm(b, l, []string{"warm"}, lim)
 	ctx := context.Background()
 	var decisions, allowed int64
-	before := cmds.n.Load()
+	before := cmds.Load()
 	iter := 0
 	for b.Loop() {
 		key := "hot-" + strconv.Itoa(iter)
@@ -133,7 +133,7 @@ func BenchmarkRedisPerDecision(b *testing.B) {
 		}
 		decisions += perIter
 	}
-	sent := cmds.n.Load() - before
+	sent := cmds.Load() - before
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(decisions), "ns/decision")
 	b.ReportMetric(float64(sent)/float64(decisions), "cmds/decision")
 	b.ReportMetric(100*float64(allowed)/float64(decisions), "allowed%")
@@ -359,21 +359,3 @@ func benchUniform(n int) []int32 {
 }
 
 // cmdCounter is a go-redis hook counting the commands sent, each command of
-// a pipeline apart.
-type cmdCounter struct{ n atomic.Int64 }
-
-func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}

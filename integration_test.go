@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -618,7 +617,7 @@ func newITInstance(t *testing.T, addr string, cfg hybrid.Config, bc breaker.Conf
 func newITClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                     addr,
-		Dialer:                   dialLoopbackOnly,
+		Dialer:                   redistest.LoopbackDialer(itNetTimeout),
 		MaxRetries:               -1,
 		DialTimeout:              itNetTimeout,
 		ReadTimeout:              itNetTimeout,
@@ -856,17 +855,4 @@ func waitGoroutines(n int, timeout time.Duration) int {
 		}
 		<-tick.C
 	}
-}
-
-// dialLoopbackOnly dials addr like go-redis does, but only a loopback address.
-func dialLoopbackOnly(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("dial %s: not a loopback address", addr)
-	}
-	d := net.Dialer{Timeout: itNetTimeout, KeepAlive: 5 * time.Minute}
-	return d.DialContext(ctx, network, addr)
 }

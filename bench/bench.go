@@ -63,6 +63,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
 // The modes a run can measure.
@@ -497,7 +498,7 @@ type run struct {
 // instance is one member of the fleet.
 type instance struct {
 	rdb     redis.UniversalClient // nil in local mode
-	cmds    counter
+	cmds    redistest.Counter
 	dec     decider
 	sched   schedule
 	workers []*worker
@@ -838,7 +839,7 @@ func (r *run) accuracy(rep *Report) {
 func (r *run) commands() int64 {
 	var n int64
 	for _, in := range r.insts {
-		n += in.cmds.n.Load()
+		n += in.cmds.Load()
 	}
 	return n
 }

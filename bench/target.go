@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +61,7 @@ func Miniredis() (*Target, error) {
 // address and answer PING. Runs leave their keys there; they expire when
 // their buckets would be full again.
 func Dial(addr string) (*Target, error) {
-	if err := checkLoopback(addr); err != nil {
+	if err := redistest.CheckLoopback(addr); err != nil {
 		return nil, err
 	}
 	return open(&Target{kind: kindAddr, addrs: []string{addr}})
@@ -76,7 +75,7 @@ func DialCluster(addrs []string) (*Target, error) {
 		return nil, errors.New("bench: no cluster address")
 	}
 	for _, a := range addrs {
-		if err := checkLoopback(a); err != nil {
+		if err := redistest.CheckLoopback(a); err != nil {
 			return nil, err
 		}
 	}
@@ -226,7 +225,7 @@ func (t *Target) client(hook redis.Hook) redis.UniversalClient {
 	if t.kind == kindCluster {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                    t.addrs,
-			Dialer:                   dialLoopback,
+			Dialer:                   redistest.LoopbackDialer(5 * time.Second),
 			MaxRetries:               -1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaint,
@@ -234,7 +233,7 @@ func (t *Target) client(hook redis.Hook) redis.UniversalClient {
 	} else {
 		rdb = redis.NewClient(&redis.Options{
 			Addr:                     t.addrs[0],
-			Dialer:                   dialLoopback,
+			Dialer:                   redistest.LoopbackDialer(5 * time.Second),
 			MaxRetries:               -1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaint,
@@ -244,48 +243,4 @@ func (t *Target) client(hook redis.Hook) redis.UniversalClient {
 		rdb.AddHook(hook)
 	}
 	return rdb
-}
-
-// counter is a go-redis hook that counts commands: one per command, each
-// command of a pipeline or transaction included.
-type counter struct {
-	n atomic.Int64
-}
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
-// checkLoopback returns an error unless addr is host:port with a loopback IP
-// or "localhost" as host.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("bench: address %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("bench: address %q is not a loopback address", addr)
-	}
-	return nil
-}
-
-// dialLoopback dials addr like go-redis does, but only a loopback address.
-func dialLoopback(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := checkLoopback(addr); err != nil {
-		return nil, err
-	}
-	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
-	return d.DialContext(ctx, network, addr)
 }

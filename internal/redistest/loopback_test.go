@@ -23,9 +23,9 @@ func TestCheckLoopback(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		err := checkLoopback(tt.addr)
+		err := CheckLoopback(tt.addr)
 		if (err == nil) != tt.ok {
-			t.Errorf("checkLoopback(%q) = %v, want ok %v", tt.addr, err, tt.ok)
+			t.Errorf("CheckLoopback(%q) = %v, want ok %v", tt.addr, err, tt.ok)
 		}
 	}
 }

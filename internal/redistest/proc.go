@@ -373,30 +373,11 @@ func portFree(port int) bool {
 	return true
 }
 
-// checkLoopback returns an error unless addr is host:port with a loopback IP
-// or "localhost" as host.
-func checkLoopback(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("redistest: address %q: %w", addr, err)
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("redistest: address %q: bad port", addr)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("redistest: address %q is not a loopback address", addr)
-}
-
 // command sends one command to the server at the loopback address addr and
 // returns its reply, which must be a simple string, an integer or a bulk
 // string. An error reply is returned as an error.
 func command(addr string, timeout time.Duration, args ...string) (string, error) {
-	if err := checkLoopback(addr); err != nil {
+	if err := CheckLoopback(addr); err != nil {
 		return "", err
 	}
 	conn, err := net.DialTimeout("tcp", addr, timeout)

@@ -1,9 +1,7 @@
 package redistest
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -63,7 +61,7 @@ func Cluster(tb testing.TB) *ClusterProc {
 		var addrs []string
 		for _, addr := range strings.Split(list, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {
-				if err := checkLoopback(addr); err != nil {
+				if err := CheckLoopback(addr); err != nil {
 					tb.Fatalf("%v (from %s)", err, EnvClusterAddrs)
 				}
 				addrs = append(addrs, addr)
@@ -96,7 +94,7 @@ func Client(tb testing.TB, p *Proc) *redis.Client {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                     p.Addr(),
-		Dialer:                   dialLoopback,
+		Dialer:                   LoopbackDialer(5 * time.Second),
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	tb.Cleanup(func() { rdb.Close() })
@@ -109,7 +107,7 @@ func ClusterClient(tb testing.TB, c *ClusterProc) *redis.ClusterClient {
 	tb.Helper()
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                    c.Addrs(),
-		Dialer:                   dialLoopback,
+		Dialer:                   LoopbackDialer(5 * time.Second),
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	tb.Cleanup(func() { rdb.Close() })
@@ -120,7 +118,7 @@ func ClusterClient(tb testing.TB, c *ClusterProc) *redis.ClusterClient {
 // loopback address that answers PING, and returns a Proc for it.
 func externalServer(tb testing.TB, env, addr string) *Proc {
 	tb.Helper()
-	if err := checkLoopback(addr); err != nil {
+	if err := CheckLoopback(addr); err != nil {
 		tb.Fatalf("%v (from %s)", err, env)
 	}
 	if _, err := command(addr, 5*time.Second, "PING"); err != nil {
@@ -141,13 +139,4 @@ func need(tb testing.TB, bins ...string) {
 			tb.Skip(msg)
 		}
 	}
-}
-
-// dialLoopback dials addr like go-redis does, but only a loopback address.
-func dialLoopback(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := checkLoopback(addr); err != nil {
-		return nil, err
-	}
-	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}
-	return d.DialContext(ctx, network, addr)
 }
