@@ -163,6 +163,13 @@ type Scenario struct {
 	// each run, At after the first arrival, for For, and brings it back
 	// empty. At + For must not exceed Duration.
 	Outage Outage
+	// Closed, if true, runs a closed loop instead of Poisson arrivals:
+	// each worker issues its next request as soon as the last one is
+	// answered, for Duration. Demand is ignored; the run measures the most
+	// decisions per second the fleet can make, and every key asked for is
+	// saturated. Latency is then measured on one decision in 16, so that
+	// the bench's clock reads do not weigh on the throughput.
+	Closed bool
 }
 
 // Outage is a Redis outage in a run: from At after the first arrival, for
@@ -276,8 +283,12 @@ func (sc Scenario) String() string {
 			keys += "(" + strconv.FormatFloat(sc.ZipfS, 'g', -1, 64) + ")"
 		}
 	}
-	s := fmt.Sprintf("%d instances x %d workers, %s, demand %gx (%.0f req/s), R=%g/s B=%d cost %d, %v",
-		sc.Instances, sc.Workers, keys, sc.Demand, sc.Offered(), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+	load := fmt.Sprintf("demand %gx (%.0f req/s)", sc.Demand, sc.Offered())
+	if sc.Closed {
+		load = "closed loop (as fast as answered)"
+	}
+	s := fmt.Sprintf("%d instances x %d workers, %s, %s, R=%g/s B=%d cost %d, %v",
+		sc.Instances, sc.Workers, keys, load, sc.Rate, sc.Burst, sc.Cost, sc.Duration)
 	if sc.Outage.For > 0 {
 		s += fmt.Sprintf(", Redis down for %v at %v", sc.Outage.For, sc.Outage.At)
 	}
@@ -354,6 +365,9 @@ type Report struct {
 	Seed          uint64        `json:"seed"`
 	SyncInterval  time.Duration `json:"sync_interval_ns"`
 	LocalCapacity int64         `json:"local_capacity"`
+
+	// Closed reports a closed loop (Scenario.Closed): Offered is 0 then.
+	Closed bool `json:"closed,omitempty"`
 
 	// Window is T, on the Redis clock.
 	Window time.Duration `json:"window_ns"`
@@ -513,6 +527,14 @@ type worker struct {
 	hist     Histogram
 	firstErr error
 
+	// Per-key counts of this worker alone, when the keys are few enough
+	// (perWorkerKeys): a hot key's shared counters would cost the
+	// decisions a contended cache line each.
+	keyAsked, keyAdmitted []int64
+	// The worker's own key draws, in a closed loop.
+	rng  *rand.Rand
+	zipf *rand.Zipf
+
 	// The decisions issued during the outage.
 	outDecisions, outFallback, outErrors int64
 	outHist                              Histogram
@@ -552,8 +574,18 @@ func newRun(t *Target, sc Scenario, mode string) *run {
 		if sc.Dist == Zipf && sc.Keys > 1 {
 			in.sched.zipf = rand.NewZipf(rng, sc.ZipfS, 1, uint64(sc.Keys-1))
 		}
-		for range sc.Workers {
-			in.workers = append(in.workers, &worker{})
+		for j := range sc.Workers {
+			w := &worker{}
+			if sc.Keys <= perWorkerKeys {
+				w.keyAsked, w.keyAdmitted = make([]int64, sc.Keys), make([]int64, sc.Keys)
+			}
+			if sc.Closed {
+				w.rng = rand.New(rand.NewPCG(sc.Seed, uint64(i)<<32|uint64(j)))
+				if sc.Dist == Zipf && sc.Keys > 1 {
+					w.zipf = rand.NewZipf(w.rng, sc.ZipfS, 1, uint64(sc.Keys-1))
+				}
+			}
+			in.workers = append(in.workers, w)
 		}
 		r.insts = append(r.insts, in)
 	}
@@ -689,11 +721,15 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 		LocalCapacity: sc.Config.LocalCapacity,
 		Window:        t1.Sub(t0),
 		Offered:       sc.Offered(),
+		Closed:        sc.Closed,
 		Commands:      cmds,
 		Timeline:      timeline,
 	}
 	if sc.Dist == Zipf {
 		rep.ZipfS = sc.ZipfS
+	}
+	if sc.Closed {
+		rep.Offered = 0
 	}
 	var hist, outHist Histogram
 	var out OutageReport
@@ -818,10 +854,11 @@ func (r *run) accuracy(rep *Report) {
 	ideal := float64(r.sc.Burst) + r.sc.Rate*rep.Window.Seconds()
 	rep.IdealPerKey = ideal
 	over := math.Inf(-1)
+	asked, admitted := r.perKey()
 	for i := range r.keys {
-		asked, got := r.asked[i].Load()*cost, r.admitted[i].Load()*cost
+		asked, got := asked[i]*cost, admitted[i]*cost
 		over = max(over, float64(got)-ideal)
-		if float64(asked) >= ideal {
+		if float64(asked) >= ideal || r.sc.Closed && asked > 0 {
 			rep.SaturatedKeys++
 			rep.AdmittedSaturated += got
 		}
@@ -833,6 +870,28 @@ func (r *run) accuracy(rep *Report) {
 		rep.AdmittedPct = 100 * float64(rep.AdmittedSaturated) / rep.IdealSaturated
 		rep.UnderPct = max(100-rep.AdmittedPct, 0)
 	}
+}
+
+// perWorkerKeys is the most keys for which each worker counts requests per
+// key on its own.
+const perWorkerKeys = 4096
+
+// perKey returns the requests asked and admitted per key, summed over the
+// workers. Call it once the workers have returned.
+func (r *run) perKey() (asked, admitted []int64) {
+	asked, admitted = make([]int64, len(r.keys)), make([]int64, len(r.keys))
+	for i := range r.keys {
+		asked[i], admitted[i] = r.asked[i].Load(), r.admitted[i].Load()
+	}
+	for _, in := range r.insts {
+		for _, w := range in.workers {
+			for i := range w.keyAsked {
+				asked[i] += w.keyAsked[i]
+				admitted[i] += w.keyAdmitted[i]
+			}
+		}
+	}
+	return asked, admitted
 }
 
 // commands returns the Redis commands the fleet has sent.
@@ -848,6 +907,10 @@ func (r *run) commands() int64 {
 // time, decide. It returns when the arrivals or the duration run out, or
 // ctx ends.
 func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time) {
+	if r.sc.Closed {
+		r.workClosed(ctx, in, w, start)
+		return
+	}
 	d := r.sc.Duration
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -895,24 +958,101 @@ func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time
 			}
 			continue
 		}
+		r.count(w, k, ok, src, out)
+	}
+}
+
+// count records an answered decision of w on key k.
+func (r *run) count(w *worker, k int, ok bool, src hybrid.Source, out bool) {
+	if w.keyAsked != nil {
+		w.keyAsked[k]++
+	} else {
 		r.asked[k].Add(1)
-		w.decisions.Add(1)
+	}
+	w.decisions.Add(1)
+	if out {
+		w.outDecisions++
+	}
+	switch src {
+	case hybrid.SourceFallback:
+		w.fallback.Add(1)
 		if out {
-			w.outDecisions++
+			w.outFallback++
 		}
-		switch src {
-		case hybrid.SourceFallback:
-			w.fallback.Add(1)
-			if out {
-				w.outFallback++
-			}
-		case hybrid.SourceRedis:
-			w.redis.Add(1)
-		}
-		if ok {
+	case hybrid.SourceRedis:
+		w.redis.Add(1)
+	}
+	if ok {
+		if w.keyAdmitted != nil {
+			w.keyAdmitted[k]++
+		} else {
 			r.admitted[k].Add(1)
-			w.admitted.Add(1)
 		}
+		w.admitted.Add(1)
+	}
+}
+
+// closedYield is how many decisions a closed-loop worker makes between two
+// yields of its core; closedSample how many between two timed decisions.
+const (
+	closedYield  = 64
+	closedSample = 16
+)
+
+// workClosed is a worker's closed loop: decide, and decide again as soon as
+// answered, until the duration runs out or ctx ends. One decision in
+// closedSample is timed (two clock reads would double the bench's own cost
+// per decision), and the clock read then tells whether the run is over and
+// whether Redis is down.
+func (r *run) workClosed(ctx context.Context, in *instance, w *worker, start time.Time) {
+	end := start.Add(r.sc.Duration)
+	out := false
+	for i := 0; ; i++ {
+		if i%closedYield == closedYield-1 {
+			// A request handler blocks on I/O now and then; a worker that
+			// never does keeps the goroutines that Redis's replies woke
+			// waiting for a core for many scheduler time slices, and the
+			// limiter's calls time out for want of CPU, not of Redis.
+			runtime.Gosched()
+		}
+		k := 0
+		switch {
+		case w.zipf != nil:
+			k = int(w.zipf.Uint64())
+		case r.sc.Keys > 1:
+			k = w.rng.IntN(r.sc.Keys)
+		}
+		var t0 time.Time
+		timed := i%closedSample == 0
+		if timed {
+			t0 = time.Now()
+			if !t0.Before(end) || ctx.Err() != nil {
+				return
+			}
+			out = r.inOutage(t0.Sub(start))
+		}
+		ok, src, err := in.dec.decide(ctx, r.keys[k], r.sc.Cost)
+		if timed {
+			took := time.Since(t0)
+			w.hist.Record(took)
+			if out {
+				w.outHist.Record(took)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.errors.Add(1)
+			if out {
+				w.outErrors++
+			}
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+			continue
+		}
+		r.count(w, k, ok, src, out)
 	}
 }
 

@@ -511,3 +511,75 @@ func TestWriteSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestRunClosed: a closed loop asks as fast as it is answered, so every key
+// asked for is saturated; lease admits no key more than B + R*T, counted per
+// worker and per key, and local admits each key about N times as much.
+func TestRunClosed(t *testing.T) {
+	target := miniTarget(t)
+	sc := Scenario{Instances: 2, Workers: 2, Duration: time.Second, Keys: 8, Dist: Zipf, Rate: 50, Burst: 50, Closed: true, Seed: 3}
+	// miniredis serves from this process, whose cores the closed loop keeps
+	// busy: give its answers time, so that the fallback (which the bound
+	// B + R*T does not cover) never decides.
+	sc.Config.Breaker.CallTimeout = 5 * time.Second
+	sc.Config.ColdWait = 5 * time.Second
+	for _, mode := range []string{Lease, Local} {
+		t.Run(mode, func(t *testing.T) {
+			rep, err := Run(t.Context(), target, sc, mode, nil)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			t.Logf("%s: %.0f decisions/s, admitted %d, %d saturated keys, ideal %.1f each, p50 %v, fallback %d, redis errors %d", mode, rep.DecisionsPerSec, rep.AdmittedTokens, rep.SaturatedKeys, rep.IdealPerKey, rep.P50, rep.Fallback, rep.RedisErrors)
+			if !rep.Closed || rep.Offered != 0 {
+				t.Errorf("Closed = %v, Offered = %v; want true, 0", rep.Closed, rep.Offered)
+			}
+			if rep.Errors != 0 || rep.Fallback != 0 {
+				t.Errorf("%d errors (the first %q), %d fallback decisions; want none", rep.Errors, rep.FirstError, rep.Fallback)
+			}
+			// Far more than an open loop at 4x would ask: 4*50*8 = 1600/s.
+			if rep.Decisions < 10_000 {
+				t.Errorf("Decisions = %d, want many more than an open loop asks", rep.Decisions)
+			}
+			if rep.SaturatedKeys < 2 {
+				t.Errorf("SaturatedKeys = %d, want every key asked for (at least the Zipf head)", rep.SaturatedKeys)
+			}
+			if got, want := rep.AdmittedSaturated, rep.AdmittedTokens; got != want {
+				t.Errorf("AdmittedSaturated = %d, want all admitted tokens %d: every key asked is saturated", got, want)
+			}
+			// One decision in closedSample is timed.
+			if n := rep.Decisions / closedSample; rep.P50 <= 0 || n == 0 {
+				t.Errorf("p50 = %v over about %d timed decisions, want > 0", rep.P50, n)
+			}
+			switch mode {
+			case Lease:
+				if rep.Overshoot != 0 {
+					t.Errorf("lease: Overshoot = %v, want 0", rep.Overshoot)
+				}
+			case Local:
+				// Each instance admits a key its own B + R*T.
+				if n := float64(sc.Instances); rep.Overshoot < 0.8*(n-1)*rep.IdealPerKey {
+					t.Errorf("local: Overshoot = %.0f, want about (N-1)*(B+R*T) = %.0f", rep.Overshoot, (n-1)*rep.IdealPerKey)
+				}
+			}
+		})
+	}
+}
+
+func TestFmtPerDecision(t *testing.T) {
+	tests := []struct {
+		v    float64
+		want string
+	}{
+		{0, "0"},
+		{1.00071, "1.0007"},
+		{0.054, "0.0540"},
+		{0.00031, "0.00031"},
+		{0.0000312, "0.000031"},
+		{12.5, "12.5000"},
+	}
+	for _, tt := range tests {
+		if got := fmtPerDecision(tt.v); got != tt.want {
+			t.Errorf("fmtPerDecision(%v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -65,10 +67,10 @@ func WriteTable(w io.Writer, reports []Report) error {
 		if r.MemPerKey > 0 {
 			mem = fmt.Sprintf("%.0f B", r.MemPerKey)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%.4f\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t",
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t",
 			r.Mode, r.DecisionsPerSec, late,
 			fmtDuration(r.P50), fmtDuration(r.P99), fmtDuration(r.P999),
-			r.CommandsPerDecision, r.AdmittedTokens, r.IdealSaturated, adm, over, under, mem,
+			fmtPerDecision(r.CommandsPerDecision), r.AdmittedTokens, r.IdealSaturated, adm, over, under, mem,
 			r.Fallback, r.RedisErrors, r.Errors)
 		if outage {
 			writeOutage(tw, r)
@@ -76,6 +78,19 @@ func WriteTable(w io.Writer, reports []Report) error {
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// fmtPerDecision formats a count per decision with at least two significant
+// digits and at least four decimals: 1.0007, 0.0540, 0.000031.
+func fmtPerDecision(v float64) string {
+	if v <= 0 {
+		return "0"
+	}
+	decimals := 4
+	if d := 1 - int(math.Floor(math.Log10(v))); d > decimals {
+		decimals = d
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
 }
 
 // outageHeader names the outage columns.

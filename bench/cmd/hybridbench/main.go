@@ -92,6 +92,7 @@ func run() error {
 	flag.StringVar(&sc.Dist, "dist", bench.Uniform, "key distribution: uniform or zipf")
 	flag.Float64Var(&sc.ZipfS, "zipf", 1.1, "Zipf exponent s > 1, with -dist zipf")
 	flag.Float64Var(&sc.Demand, "demand", 4, "load as a multiple of the sum of the keys' limits")
+	flag.BoolVar(&sc.Closed, "closed", false, "closed loop: each worker asks again as soon as answered (the fleet's most decisions per second); -demand is ignored")
 	flag.Float64Var(&sc.Rate, "rate", 1000, "each key's limit, tokens per second")
 	flag.Int64Var(&sc.Burst, "burst", 1000, "each key's burst, tokens")
 	flag.Int64Var(&sc.Cost, "cost", 1, "tokens per request")
