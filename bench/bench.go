@@ -309,10 +309,11 @@ type Progress struct {
 
 // Sample is one second of a run (the last one may be shorter).
 type Sample struct {
-	At        float64 `json:"t_s"`       // seconds since the first arrival, at the sample's end
-	Decisions int64   `json:"decisions"` // decisions in the sample
-	Admitted  int64   `json:"admitted"`  // decisions allowed in the sample
-	Fallback  int64   `json:"fallback"`  // decisions made by the fallback policy in the sample
+	At        float64 `json:"t_s"`                // seconds since the first arrival, at the sample's end
+	Decisions int64   `json:"decisions"`          // decisions in the sample
+	Admitted  int64   `json:"admitted"`           // decisions allowed in the sample
+	Fallback  int64   `json:"fallback"`           // decisions made by the fallback policy in the sample
+	Degraded  bool    `json:"degraded,omitempty"` // some hybrid instance's fallback policy was deciding at the sample's end
 }
 
 // OutageReport is what a run measured while its Redis was down: the
@@ -368,6 +369,9 @@ type Report struct {
 
 	// Closed reports a closed loop (Scenario.Closed): Offered is 0 then.
 	Closed bool `json:"closed,omitempty"`
+	// Procs is the number of processes the instances ran in (RunProcs);
+	// 0 means this one.
+	Procs int `json:"procs,omitempty"`
 
 	// Window is T, on the Redis clock.
 	Window time.Duration `json:"window_ns"`
@@ -499,6 +503,8 @@ type run struct {
 	prefix string
 	lim    hybrid.Limit // the hybrid modes' limit
 
+	lo int // the fleet index of insts[0]
+
 	keys            []string       // the keys as passed to the limiter
 	asked, admitted []atomic.Int64 // requests per key
 
@@ -507,6 +513,8 @@ type run struct {
 	// The outage, in nanoseconds since the first arrival: when Redis was
 	// taken down and when it answered again; -1 until then.
 	downAt, backAt atomic.Int64
+	// onOutage, if not nil, is told "down" and "up" with those moments.
+	onOutage func(kind string, at int64)
 }
 
 // instance is one member of the fleet.
@@ -541,11 +549,18 @@ type worker struct {
 }
 
 func newRun(t *Target, sc Scenario, mode string) *run {
+	return newRunRange(t, sc, mode, t.prefix(mode), 0, sc.Instances)
+}
+
+// newRunRange returns the run of instances [lo, hi) of sc's fleet, with
+// their keys under prefix.
+func newRunRange(t *Target, sc Scenario, mode, prefix string, lo, hi int) *run {
 	r := &run{
 		t:        t,
 		sc:       sc,
 		mode:     mode,
-		prefix:   t.prefix(mode),
+		prefix:   prefix,
+		lo:       lo,
 		keys:     make([]string, sc.Keys),
 		asked:    make([]atomic.Int64, sc.Keys),
 		admitted: make([]atomic.Int64, sc.Keys),
@@ -568,7 +583,7 @@ func newRun(t *Target, sc Scenario, mode string) *run {
 	}
 	// The fleet's arrivals, split evenly over the instances.
 	gap := float64(time.Second) * float64(sc.Instances) / sc.Offered()
-	for i := range sc.Instances {
+	for i := lo; i < hi; i++ {
 		rng := rand.New(rand.NewPCG(sc.Seed, uint64(i)))
 		in := &instance{sched: schedule{rng: rng, gap: gap, keys: sc.Keys}}
 		if sc.Dist == Zipf && sc.Keys > 1 {
@@ -615,7 +630,7 @@ func (r *run) start(ctx context.Context) error {
 		}
 		cfg := r.sc.Config
 		cfg.Prefix = r.prefix
-		cfg.InstanceID = r.mode + "-" + strconv.Itoa(i)
+		cfg.InstanceID = r.mode + "-" + strconv.Itoa(r.lo+i)
 		l, err := hybrid.New(in.rdb, cfg)
 		if err != nil {
 			return fmt.Errorf("bench: instance %d: %w", i, err)
@@ -665,46 +680,160 @@ func (r *run) waitFleet(ctx context.Context) error {
 
 // measure runs the load and builds the report.
 func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, error) {
-	sc := r.sc
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	heapBefore := ms.HeapAlloc
+	heapBefore := heapAlloc()
 	cmdsBefore := r.commands()
-
 	t0, err := r.t.now(ctx)
 	if err != nil {
 		return Report{}, err
 	}
 	start := time.Now()
+	var (
+		owg    sync.WaitGroup
+		outErr error
+	)
+	if r.sc.Outage.For > 0 {
+		owg.Go(func() { outErr = r.outage(ctx, start) })
+	}
+	timeline, elapsed := r.drive(ctx, start, progress)
+	owg.Wait()
+	t1, terr := r.t.now(context.WithoutCancel(ctx))
+	tl := r.tally(heapBefore, cmdsBefore)
+	rep := r.build(tl, t1.Sub(t0), elapsed, timeline)
+	if err := errors.Join(outErr, terr); err != nil {
+		return rep, err
+	}
+	return rep, ctx.Err()
+}
+
+// heapAlloc returns the live heap after a GC.
+func heapAlloc() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// drive runs r's workers from start until they are done, sampling them
+// once a second: it returns the timeline and the time the workers took.
+// progress, if not nil, is called with each second's progress, from one
+// goroutine.
+func (r *run) drive(ctx context.Context, start time.Time, progress func(Progress)) ([]Sample, time.Duration) {
 	var wg sync.WaitGroup
 	for _, in := range r.insts {
 		for _, w := range in.workers {
 			wg.Go(func() { r.work(ctx, in, w, start) })
 		}
 	}
-	var (
-		owg    sync.WaitGroup
-		outErr error
-	)
-	if sc.Outage.For > 0 {
-		owg.Go(func() { outErr = r.outage(ctx, start) })
-	}
 	done := make(chan struct{})
 	var (
 		timeline []Sample
-		recovery time.Duration
+		pwg      sync.WaitGroup
 	)
-	var pwg sync.WaitGroup
-	pwg.Go(func() { timeline, recovery = r.report(start, done, progress) })
+	pwg.Go(func() { timeline = r.report(start, done, progress) })
 	wg.Wait()
 	elapsed := time.Since(start)
-	owg.Wait()
-	t1, terr := r.t.now(context.WithoutCancel(ctx))
 	close(done)
 	pwg.Wait()
-	cmds := r.commands() - cmdsBefore
+	return timeline, elapsed
+}
 
+// tally is what a run's instances counted, in a form that the instances
+// of several processes can add up (see RunProcs).
+type tally struct {
+	Hist, OutHist Histogram
+
+	Decisions, Admitted, Late, Fallback, Redis, Errors int64
+	OutDecisions, OutFallback, OutErrors               int64
+	FirstError                                         string
+
+	// Per key: requests asked and admitted.
+	Asked, KeyAdmitted []int64
+
+	Tracked              int
+	RedisErrors, Breaker uint64
+	Commands             int64
+	// HeapGrowth is the growth of the live heap over the run, in bytes.
+	HeapGrowth int64
+	// OvershootBound is Limiter.Overshoot, for optimistic mode.
+	OvershootBound int64
+}
+
+// add adds o to t.
+func (t *tally) add(o *tally) {
+	t.Hist.Merge(&o.Hist)
+	t.OutHist.Merge(&o.OutHist)
+	t.Decisions += o.Decisions
+	t.Admitted += o.Admitted
+	t.Late += o.Late
+	t.Fallback += o.Fallback
+	t.Redis += o.Redis
+	t.Errors += o.Errors
+	t.OutDecisions += o.OutDecisions
+	t.OutFallback += o.OutFallback
+	t.OutErrors += o.OutErrors
+	if t.FirstError == "" {
+		t.FirstError = o.FirstError
+	}
+	if t.Asked == nil {
+		t.Asked, t.KeyAdmitted = make([]int64, len(o.Asked)), make([]int64, len(o.KeyAdmitted))
+	}
+	for i := range min(len(t.Asked), len(o.Asked)) {
+		t.Asked[i] += o.Asked[i]
+		t.KeyAdmitted[i] += o.KeyAdmitted[i]
+	}
+	t.Tracked += o.Tracked
+	t.RedisErrors += o.RedisErrors
+	t.Breaker += o.Breaker
+	t.Commands += o.Commands
+	t.HeapGrowth += o.HeapGrowth
+	t.OvershootBound = max(t.OvershootBound, o.OvershootBound)
+}
+
+// tally adds up what r's workers and instances counted. Call it once the
+// workers have returned, before the limiters are closed. heapBefore and
+// cmdsBefore are the live heap and the commands sent before the run.
+func (r *run) tally(heapBefore uint64, cmdsBefore int64) tally {
+	var t tally
+	t.Commands = r.commands() - cmdsBefore
+	for _, in := range r.insts {
+		for _, w := range in.workers {
+			t.Hist.Merge(&w.hist)
+			t.OutHist.Merge(&w.outHist)
+			t.OutDecisions += w.outDecisions
+			t.OutFallback += w.outFallback
+			t.OutErrors += w.outErrors
+			t.Decisions += w.decisions.Load()
+			t.Admitted += w.admitted.Load()
+			t.Late += w.late.Load()
+			t.Fallback += w.fallback.Load()
+			t.Redis += w.redis.Load()
+			t.Errors += w.errors.Load()
+			if w.firstErr != nil && t.FirstError == "" {
+				t.FirstError = w.firstErr.Error()
+			}
+		}
+	}
+	t.Asked, t.KeyAdmitted = r.perKey()
+	for _, in := range r.insts {
+		t.Tracked += in.dec.tracked()
+		if d, ok := in.dec.(*hybridDecider); ok {
+			st := d.l.Stats()
+			rc := st.Reconcile
+			t.RedisErrors += rc.RoundErrors + rc.KeyErrors + rc.FetchErrors + rc.FetchTimeouts + rc.HeartbeatErrors + st.ExactErrors
+			t.Breaker += rc.Transitions
+		}
+	}
+	t.HeapGrowth = int64(heapAlloc()) - int64(heapBefore)
+	if r.mode == Optimistic && len(r.insts) > 0 {
+		t.OvershootBound = r.insts[0].dec.(*hybridDecider).l.Overshoot(r.lim)
+	}
+	return t
+}
+
+// build makes the report of a run from what its instances counted, the
+// window T on the Redis clock, the time the workers took and the timeline.
+func (r *run) build(t tally, window, elapsed time.Duration, timeline []Sample) Report {
+	sc := r.sc
 	rep := Report{
 		Mode:          r.mode,
 		Target:        r.t.String(),
@@ -719,11 +848,24 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 		Seed:          sc.Seed,
 		SyncInterval:  sc.Config.SyncInterval,
 		LocalCapacity: sc.Config.LocalCapacity,
-		Window:        t1.Sub(t0),
+		Window:        window,
 		Offered:       sc.Offered(),
 		Closed:        sc.Closed,
-		Commands:      cmds,
+		Commands:      t.Commands,
 		Timeline:      timeline,
+
+		Decisions:      t.Decisions,
+		Admitted:       t.Admitted,
+		AdmittedTokens: t.Admitted * sc.Cost,
+		Late:           t.Late,
+		Fallback:       t.Fallback,
+		RedisSourced:   t.Redis,
+		Errors:         t.Errors,
+		FirstError:     t.FirstError,
+		TrackedKeys:    t.Tracked,
+		RedisErrors:    t.RedisErrors,
+		Breaker:        t.Breaker,
+		OvershootBound: t.OvershootBound,
 	}
 	if sc.Dist == Zipf {
 		rep.ZipfS = sc.ZipfS
@@ -731,73 +873,42 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 	if sc.Closed {
 		rep.Offered = 0
 	}
-	var hist, outHist Histogram
-	var out OutageReport
-	for _, in := range r.insts {
-		for _, w := range in.workers {
-			hist.Merge(&w.hist)
-			outHist.Merge(&w.outHist)
-			out.Decisions += w.outDecisions
-			out.Fallback += w.outFallback
-			out.Errors += w.outErrors
-			rep.Decisions += w.decisions.Load()
-			rep.Admitted += w.admitted.Load()
-			rep.Late += w.late.Load()
-			rep.Fallback += w.fallback.Load()
-			rep.RedisSourced += w.redis.Load()
-			rep.Errors += w.errors.Load()
-			if w.firstErr != nil && rep.FirstError == "" {
-				rep.FirstError = w.firstErr.Error()
-			}
-		}
+	if elapsed > 0 {
+		rep.DecisionsPerSec = float64(rep.Decisions) / elapsed.Seconds()
 	}
-	rep.AdmittedTokens = rep.Admitted * sc.Cost
-	rep.DecisionsPerSec = float64(rep.Decisions) / elapsed.Seconds()
-	rep.P50, rep.P99, rep.P999, rep.Max = hist.Quantile(0.5), hist.Quantile(0.99), hist.Quantile(0.999), hist.Max()
+	rep.P50, rep.P99, rep.P999, rep.Max = t.Hist.Quantile(0.5), t.Hist.Quantile(0.99), t.Hist.Quantile(0.999), t.Hist.Max()
 	if rep.Decisions > 0 {
-		rep.CommandsPerDecision = float64(cmds) / float64(rep.Decisions)
+		rep.CommandsPerDecision = float64(t.Commands) / float64(rep.Decisions)
 	}
-	r.accuracy(&rep)
+	r.accuracy(&rep, t.Asked, t.KeyAdmitted)
+	if rep.TrackedKeys >= memMinKeys && t.HeapGrowth > 0 {
+		rep.MemPerKey = float64(t.HeapGrowth) / float64(rep.TrackedKeys)
+	}
 	if sc.Outage.For > 0 {
 		if down, back := r.downAt.Load(), r.backAt.Load(); down >= 0 && back >= down {
-			out.From, out.To = time.Duration(down).Seconds(), time.Duration(back).Seconds()
+			out := OutageReport{
+				From:      time.Duration(down).Seconds(),
+				To:        time.Duration(back).Seconds(),
+				Decisions: t.OutDecisions,
+				Errors:    t.OutErrors,
+				Fallback:  t.OutFallback,
+				P50:       t.OutHist.Quantile(0.5),
+				P99:       t.OutHist.Quantile(0.99),
+			}
 			if back > down {
 				out.DecisionsPerSec = float64(out.Decisions) / time.Duration(back-down).Seconds()
 			}
-			out.P50, out.P99 = outHist.Quantile(0.5), outHist.Quantile(0.99)
 			if out.Decisions > 0 {
 				out.FallbackPct = 100 * float64(out.Fallback) / float64(out.Decisions)
 			}
-			out.Recovery, out.Recovered = recovery, recovery >= 0
-			if !out.Recovered {
-				out.Recovery = 0
+			if r.hybridMode() {
+				rec := recovery(timeline, time.Duration(back))
+				out.Recovery, out.Recovered = max(rec, 0), rec >= 0
 			}
 			rep.Outage = &out
 		}
 	}
-
-	// Memory, before anything is closed.
-	for _, in := range r.insts {
-		rep.TrackedKeys += in.dec.tracked()
-		if d, ok := in.dec.(*hybridDecider); ok {
-			st := d.l.Stats()
-			rc := st.Reconcile
-			rep.RedisErrors += rc.RoundErrors + rc.KeyErrors + rc.FetchErrors + rc.FetchTimeouts + rc.HeartbeatErrors + st.ExactErrors
-			rep.Breaker += rc.Transitions
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	if grew := int64(ms.HeapAlloc) - int64(heapBefore); rep.TrackedKeys >= memMinKeys && grew > 0 {
-		rep.MemPerKey = float64(grew) / float64(rep.TrackedKeys)
-	}
-	if r.mode == Optimistic {
-		rep.OvershootBound = r.insts[0].dec.(*hybridDecider).l.Overshoot(r.lim)
-	}
-	if err := errors.Join(outErr, terr); err != nil {
-		return rep, err
-	}
-	return rep, ctx.Err()
+	return rep
 }
 
 // outage takes the Target's Redis down at sc.Outage.At after start and
@@ -812,7 +923,11 @@ func (r *run) outage(ctx context.Context, start time.Time) error {
 		return nil
 	case <-timer.C:
 	}
-	r.downAt.Store(int64(time.Since(start)))
+	down := int64(time.Since(start))
+	r.downAt.Store(down)
+	if r.onOutage != nil {
+		r.onOutage("down", down)
+	}
 	err := r.t.down()
 	timer.Reset(time.Until(start.Add(o.At + o.For)))
 	select {
@@ -822,7 +937,11 @@ func (r *run) outage(ctx context.Context, start time.Time) error {
 	if uerr := r.t.up(context.WithoutCancel(ctx)); uerr != nil {
 		return errors.Join(err, uerr)
 	}
-	r.backAt.Store(int64(time.Since(start)))
+	back := int64(time.Since(start))
+	r.backAt.Store(back)
+	if r.onOutage != nil {
+		r.onOutage("up", back)
+	}
 	return err
 }
 
@@ -849,12 +968,11 @@ func (r *run) degraded() bool {
 }
 
 // accuracy fills in the figures that compare admitted with ideal.
-func (r *run) accuracy(rep *Report) {
+func (r *run) accuracy(rep *Report, asked, admitted []int64) {
 	cost := r.sc.Cost
 	ideal := float64(r.sc.Burst) + r.sc.Rate*rep.Window.Seconds()
 	rep.IdealPerKey = ideal
 	over := math.Inf(-1)
-	asked, admitted := r.perKey()
 	for i := range r.keys {
 		asked, got := asked[i]*cost, admitted[i]*cost
 		over = max(over, float64(got)-ideal)
@@ -1057,16 +1175,12 @@ func (r *run) workClosed(ctx context.Context, in *instance, w *worker, start tim
 }
 
 // report samples the workers' counters once a second until done is
-// closed, calls progress with them, and returns the timeline and the
-// recovery after an outage: the time from Redis answering again to the
-// first sample at which no hybrid instance is degraded, or -1 if none was
-// (or the mode has no hybrid Limiter).
-func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progress)) ([]Sample, time.Duration) {
+// closed, calls progress with them, and returns the timeline.
+func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progress)) []Sample {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var timeline []Sample
 	var lastDec, lastAdm, lastFb int64
-	recovery := time.Duration(-1)
 	last := start
 	for {
 		stop := false
@@ -1086,19 +1200,17 @@ func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progre
 				fb += w.fallback.Load()
 			}
 		}
-		if back := r.backAt.Load(); back >= 0 && recovery < 0 && r.hybridMode() && !r.degraded() {
-			recovery = max(now.Sub(start)-time.Duration(back), 0)
-		}
 		if p.Decisions > lastDec || !stop {
 			timeline = append(timeline, Sample{
 				At:        now.Sub(start).Seconds(),
 				Decisions: p.Decisions - lastDec,
 				Admitted:  p.Admitted - lastAdm,
 				Fallback:  fb - lastFb,
+				Degraded:  r.degraded(),
 			})
 		}
 		if stop {
-			return timeline, recovery
+			return timeline
 		}
 		p.Mode, p.Elapsed, p.Duration = r.mode, now.Sub(start), r.sc.Duration
 		p.Rate = float64(p.Decisions-lastDec) / now.Sub(last).Seconds()
@@ -1107,6 +1219,19 @@ func (r *run) report(start time.Time, done <-chan struct{}, progress func(Progre
 			progress(p)
 		}
 	}
+}
+
+// recovery returns the time from back (Redis answering again, since the
+// first arrival) to the first sample of timeline at which no hybrid
+// instance was degraded, or -1 if there was none.
+func recovery(timeline []Sample, back time.Duration) time.Duration {
+	for _, s := range timeline {
+		at := time.Duration(s.At * float64(time.Second))
+		if at >= back && !s.Degraded {
+			return at - back
+		}
+	}
+	return -1
 }
 
 // closeTimeout bounds the closing of one limiter: its last settlement.

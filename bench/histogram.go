@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
 	"time"
@@ -82,4 +84,44 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 		}
 	}
 	return h.max
+}
+
+// histogramJSON is a Histogram as JSON: its non-empty buckets as
+// [index, count] pairs.
+type histogramJSON struct {
+	N       uint64      `json:"n"`
+	Max     int64       `json:"max_ns"`
+	Buckets [][2]uint64 `json:"buckets"`
+}
+
+// MarshalJSON encodes h with its non-empty buckets only.
+func (h Histogram) MarshalJSON() ([]byte, error) {
+	j := histogramJSON{N: h.n, Max: int64(h.max), Buckets: [][2]uint64{}}
+	for i, c := range h.counts {
+		if c > 0 {
+			j.Buckets = append(j.Buckets, [2]uint64{uint64(i), c})
+		}
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON encoded into h.
+func (h *Histogram) UnmarshalJSON(b []byte) error {
+	var j histogramJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*h = Histogram{n: j.N, max: time.Duration(j.Max)}
+	var sum uint64
+	for _, bc := range j.Buckets {
+		if bc[0] >= nBuckets {
+			return fmt.Errorf("bench: histogram bucket %d out of range", bc[0])
+		}
+		h.counts[bc[0]] += bc[1]
+		sum += bc[1]
+	}
+	if sum != h.n {
+		return fmt.Errorf("bench: histogram counts %d values in its buckets, %d in all", sum, h.n)
+	}
+	return nil
 }

@@ -64,6 +64,9 @@ import (
 )
 
 func main() {
+	if bench.IsShard() { // started by -procs: run some of the instances
+		os.Exit(bench.ServeShard())
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "hybridbench:", err)
 		os.Exit(1)
@@ -87,6 +90,7 @@ func run() error {
 		outage  = flag.String("outage", "", "take the Redis away during each mode's run, `DUR@AT`: at AT after the first arrival, for DUR (e.g. 2s@5s), and bring it back empty; embedded miniredis or -spawn-redis only")
 	)
 	flag.IntVar(&sc.Instances, "instances", 8, "instances in the fleet, each with its own Redis client and limiter")
+	procs := flag.Int("procs", 0, "run the instances in this many separate processes (0: all in this one), coordinated through Redis only")
 	flag.DurationVar(&sc.Duration, "duration", 10*time.Second, "how long requests arrive, per mode")
 	flag.IntVar(&sc.Keys, "keys", 1, "keys asked for")
 	flag.StringVar(&sc.Dist, "dist", bench.Uniform, "key distribution: uniform or zipf")
@@ -153,7 +157,11 @@ func run() error {
 		}
 	}
 
-	fmt.Printf("%s\non %s\n\n", sc, target)
+	where := ""
+	if *procs > 0 {
+		where = fmt.Sprintf(", in %d processes", *procs)
+	}
+	fmt.Printf("%s%s\non %s\n\n", sc, where, target)
 	if *sweep {
 		return runSweep(ctx, target, sc, list, *sSync, *sLC, *quiet)
 	}
@@ -163,7 +171,12 @@ func run() error {
 		if !*quiet {
 			progress = printProgress
 		}
-		rep, err := bench.Run(ctx, target, sc, mode, progress)
+		var rep bench.Report
+		if *procs > 0 {
+			rep, err = bench.RunProcs(ctx, target, sc, mode, *procs, progress)
+		} else {
+			rep, err = bench.Run(ctx, target, sc, mode, progress)
+		}
 		if !*quiet {
 			fmt.Fprintf(os.Stderr, "\r%-80s\r", "")
 		}
