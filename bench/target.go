@@ -35,8 +35,9 @@ const (
 type Target struct {
 	kind  targetKind
 	addrs []string
-	mini  *miniredis.Miniredis // kindMiniredis: owned
-	proc  *redistest.Proc      // kindSpawned: owned
+	mini  *miniredis.Miniredis   // kindMiniredis: owned
+	proc  *redistest.Proc        // kindSpawned: owned
+	clust *redistest.ClusterProc // kindCluster, if spawned: owned
 	clock redis.UniversalClient
 	runs  atomic.Uint64 // runs started, for key prefixes
 
@@ -90,6 +91,18 @@ func SpawnRedis() (*Target, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return open(&Target{kind: kindSpawned, addrs: []string{p.Addr()}, proc: p})
+}
+
+// SpawnCluster starts a Redis Cluster of three masters (redis-server and
+// redis-cli from PATH) on free loopback ports, without persistence, and
+// returns a Target that owns it: Close stops it. It cannot be taken down by
+// an Outage.
+func SpawnCluster() (*Target, error) {
+	c, err := redistest.StartCluster(redistest.ClusterOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return open(&Target{kind: kindCluster, addrs: c.Addrs(), clust: c})
 }
 
 // open connects t's clock client and checks that Redis answers. On failure
@@ -172,6 +185,9 @@ func (t *Target) String() string {
 	case kindAddr:
 		return "redis " + t.addrs[0]
 	case kindCluster:
+		if t.clust != nil {
+			return "3-master cluster " + strings.Join(t.addrs, ",") + " (spawned)"
+		}
 		return "cluster " + strings.Join(t.addrs, ",")
 	default:
 		return "redis-server " + t.addrs[0] + " (spawned)"
@@ -193,6 +209,9 @@ func (t *Target) Close() error {
 	}
 	if t.proc != nil {
 		err = errors.Join(err, t.proc.Stop())
+	}
+	if t.clust != nil {
+		err = errors.Join(err, t.clust.Stop())
 	}
 	return err
 }

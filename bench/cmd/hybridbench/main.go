@@ -6,6 +6,7 @@
 //	go run ./bench/cmd/hybridbench                        # embedded miniredis
 //	go run ./bench/cmd/hybridbench -spawn-redis           # a redis-server it starts and stops
 //	go run ./bench/cmd/hybridbench -redis 127.0.0.1:6379  # a running Redis (loopback only)
+//	go run ./bench/cmd/hybridbench -spawn-cluster         # a 3-master Redis Cluster it starts and stops
 //
 // With no Redis flag it needs nothing but Go: it starts an embedded
 // miniredis. The default run (8 instances, one hot key, R=1000/s B=1000,
@@ -43,6 +44,14 @@
 // -redis or -cluster is refused. The table then gains columns for the
 // decisions issued while Redis was down, and the time the hybrid instances
 // took to leave their fallback; the plot shades the outage.
+//
+// -closed replaces the open-loop arrivals with a closed loop: every worker
+// asks again as soon as it is answered, and the run measures the most
+// decisions per second each mode can make (-demand is ignored).
+//
+// -procs N runs the instances in N separate processes of this command,
+// coordinated through Redis alone, as a fleet of services is; this process
+// owns the Redis, measures the window and adds up what the others counted.
 package main
 
 import (
@@ -81,6 +90,7 @@ func run() error {
 		addr    = flag.String("redis", "", "use the Redis at this loopback `address`")
 		cluster = flag.String("cluster", "", "use the Redis Cluster with these comma-separated loopback `addresses`")
 		spawn   = flag.Bool("spawn-redis", false, "start a redis-server from PATH on a free loopback port, and stop it at the end")
+		spawnC  = flag.Bool("spawn-cluster", false, "start a 3-master Redis Cluster (redis-server and redis-cli from PATH) on free loopback ports, and stop it at the end")
 		jsonOut = flag.String("json", "", "write the reports as JSON to `file`")
 		plotOut = flag.String("plot", "", "draw the admitted rate over time per mode as an SVG `file`")
 		sweep   = flag.Bool("sweep", false, "run lease and optimistic over every -sweep-sync and -sweep-lc setting and print accuracy against Redis load")
@@ -115,7 +125,7 @@ func run() error {
 	if sc.Outage, err = bench.ParseOutage(*outage); err != nil {
 		return fmt.Errorf("-outage: %w", err)
 	}
-	if sc.Outage.For > 0 && (*addr != "" || *cluster != "") {
+	if sc.Outage.For > 0 && (*addr != "" || *cluster != "" || *spawnC) {
 		return errors.New("-outage needs a Redis this command owns, to kill and restart: the embedded miniredis or -spawn-redis, not -redis or -cluster")
 	}
 	if sc.Outage.For > 0 && sc.Outage.At+sc.Outage.For > sc.Duration {
@@ -129,7 +139,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	target, err := openTarget(*addr, *cluster, *spawn)
+	target, err := openTarget(*addr, *cluster, *spawn, *spawnC)
 	if err != nil {
 		return err
 	}
@@ -222,16 +232,18 @@ func run() error {
 
 // openTarget returns the Redis the flags name, an embedded miniredis if
 // none.
-func openTarget(addr, cluster string, spawn bool) (*bench.Target, error) {
+func openTarget(addr, cluster string, spawn, spawnCluster bool) (*bench.Target, error) {
 	n := 0
-	for _, set := range []bool{addr != "", cluster != "", spawn} {
+	for _, set := range []bool{addr != "", cluster != "", spawn, spawnCluster} {
 		if set {
 			n++
 		}
 	}
 	switch {
 	case n > 1:
-		return nil, errors.New("-redis, -cluster and -spawn-redis exclude each other")
+		return nil, errors.New("-redis, -cluster, -spawn-redis and -spawn-cluster exclude each other")
+	case spawnCluster:
+		return bench.SpawnCluster()
 	case addr != "":
 		return bench.Dial(addr)
 	case cluster != "":
