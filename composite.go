@@ -6,6 +6,7 @@ import (
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
 )
 
 // Check is one tier of a composite decision: Cost tokens of Key under Limit.
@@ -60,17 +61,21 @@ func (d Decision) Result() Result {
 // Every check is validated before any is decided: an invalid key, limit or
 // cost is an error naming its tier, with nothing taken.
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
+	var ebuf [4]*reconcile.Entry
+	entries := ebuf[:0]
 	for i := range checks {
-		if err := l.validCheck(&checks[i]); err != nil {
+		e := l.keys.Get(checks[i].Key)
+		if err := l.validCheck(&checks[i], e); err != nil {
 			return Decision{Denied: -1}, err
 		}
+		entries = append(entries, e)
 	}
 	d := Decision{Allowed: true, Results: make([]Result, 0, len(checks)), Denied: -1}
 	var buf [4]Reservation
 	taken := buf[:0]
 	for i := range checks {
 		c := &checks[i]
-		res, e, err := l.decide(ctx, c.Key, c.Limit, cost(c), l.keys.Get(c.Key))
+		res, e, err := l.decide(ctx, c.Key, c.Limit, cost(c), entries[i])
 		if err != nil {
 			l.giveBack(taken)
 			return Decision{Denied: -1}, fmt.Errorf("hybrid: tier %q: %w", c.Tier, err)
@@ -104,8 +109,17 @@ func cost(c *Check) int64 {
 	return c.Cost
 }
 
-// validCheck reports what is wrong with c before anything is taken.
-func (l *Limiter) validCheck(c *Check) error {
+// validCheck reports what is wrong with c before anything is taken. e is
+// c.Key's entry, or nil: a key with an entry under c's limit was checked
+// when the entry was made.
+func (l *Limiter) validCheck(c *Check, e *reconcile.Entry) error {
+	if e != nil {
+		if sp := e.X.Spec(); sp != nil && sp.Is(c.Limit.Rate, c.Limit.Burst, c.Limit.Mode) {
+			if n := cost(c); n >= 1 && n <= sp.Limit.Burst/local.Micro {
+				return nil
+			}
+		}
+	}
 	if err := limit.CheckKey(c.Key); err != nil {
 		return fmt.Errorf("hybrid: tier %q: %w", c.Tier, err)
 	}
