@@ -1125,8 +1125,20 @@ const (
 func (r *run) workClosed(ctx context.Context, in *instance, w *worker, start time.Time) {
 	end := start.Add(r.sc.Duration)
 	out := false
+	// The worker's counters, added to its shared ones at each yield: an
+	// atomic add per decision would cost more than a hot key's decision.
+	var dec, adm, fb, red int64
+	flush := func() {
+		w.decisions.Add(dec)
+		w.admitted.Add(adm)
+		w.fallback.Add(fb)
+		w.redis.Add(red)
+		dec, adm, fb, red = 0, 0, 0, 0
+	}
+	defer flush()
 	for i := 0; ; i++ {
 		if i%closedYield == closedYield-1 {
+			flush()
 			// A request handler blocks on I/O now and then; a worker that
 			// never does keeps the goroutines that Redis's replies woke
 			// waiting for a core for many scheduler time slices, and the
@@ -1170,7 +1182,32 @@ func (r *run) workClosed(ctx context.Context, in *instance, w *worker, start tim
 			}
 			continue
 		}
-		r.count(w, k, ok, src, out)
+		dec++
+		if w.keyAsked != nil {
+			w.keyAsked[k]++
+		} else {
+			r.asked[k].Add(1)
+		}
+		if out {
+			w.outDecisions++
+		}
+		switch src {
+		case hybrid.SourceFallback:
+			fb++
+			if out {
+				w.outFallback++
+			}
+		case hybrid.SourceRedis:
+			red++
+		}
+		if ok {
+			adm++
+			if w.keyAdmitted != nil {
+				w.keyAdmitted[k]++
+			} else {
+				r.admitted[k].Add(1)
+			}
+		}
 	}
 }
 
