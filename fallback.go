@@ -108,6 +108,7 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 			l.r.Orphan(key, sp, cost)
 		}
 		l.stats.fallbackAllowed.Add(1)
+		l.stats.fallbackConsumed.Add(uint64(cost))
 	} else {
 		if res.RetryAfter == 0 {
 			res.RetryAfter = l.r.SyncInterval()

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -321,9 +322,12 @@ func TestFailedRoundKeepsConsumption(t *testing.T) {
 	}
 }
 
-// TestWrongType: a bucket key that holds something else (WRONGTYPE) makes
-// that key's decisions fall back or deny, never fail or panic; other keys
-// and the breaker are not affected; once the key is deleted it works again.
+// TestWrongType: a bucket key overwritten with another type while in use
+// (a SET over the hash) is replaced by a full bucket at the key's next
+// settlement (an Exact key's next decision): decisions on it go on without
+// an error and without the fallback, the replacement is counted
+// (Stats().Reconcile.Resets), other keys and the breaker are not affected,
+// and the key is a bucket again within one round.
 func TestWrongType(t *testing.T) {
 	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -354,42 +358,50 @@ func TestWrongType(t *testing.T) {
 					return w
 				}
 				run("before", 300*time.Millisecond)
-				f.m.Del("hybrid:{k}") // miniredis's SET, unlike Redis's, keeps a key's type
-				if err := f.m.Set("hybrid:{k}", "x"); err != nil {
-					t.Fatal(err)
+				const overwrites = 3
+				var all window
+				for i := range overwrites {
+					f.m.Del("hybrid:{k}") // miniredis's SET, unlike Redis's, keeps a key's type
+					if err := f.m.Set("hybrid:{k}", "x"); err != nil {
+						t.Fatal(err)
+					}
+					// The key's next settlement replaces it: within a round
+					// for an Optimistic key, at once for an Exact one, and
+					// when its lease runs low for a Lease key.
+					within := interval + gap
+					if mode == hybrid.Lease {
+						within = time.Second
+					}
+					start := time.Now()
+					for f.m.Type("hybrid:{k}") != "hash" {
+						if time.Since(start) > within {
+							t.Fatalf("overwrite %d: hybrid:{k} is still a %q after %v, want a hash again", i+1, f.m.Type("hybrid:{k}"), within)
+						}
+						w := run(fmt.Sprintf("overwrite %d", i+1), gap)
+						all.allowed += w.allowed
+						all.denied += w.denied
+						for s := range all.bySource {
+							all.bySource[s] += w.bySource[s]
+						}
+					}
+					t.Logf("overwrite %d: replaced by a bucket %v later", i+1, time.Since(start))
 				}
-				bad := run("WRONGTYPE", time.Second)
 				st := l.Stats()
-				t.Logf("with WRONGTYPE: k %+v; stats %+v", bad, st)
-				if bad.bySource[hybrid.SourceFallback] == 0 && bad.denied == 0 {
-					t.Errorf("with WRONGTYPE, every decision on k was allowed from Redis or the lease: %+v", bad)
+				t.Logf("after %d overwrites: k %+v; stats %+v", overwrites, all, st)
+				if all.bySource[hybrid.SourceFallback] != 0 || all.allowed == 0 {
+					t.Errorf("k after the overwrites: %+v, want admissions, none by the fallback", all)
 				}
-				if st.Reconcile.KeyErrors+st.Reconcile.FetchErrors+st.ExactErrors == 0 {
-					t.Errorf("with WRONGTYPE, no error counted: %+v", st)
+				if n := st.Reconcile.KeyErrors + st.Reconcile.FetchErrors + st.ExactErrors; n != 0 {
+					t.Errorf("%d errors counted, want none: the overwritten key is replaced, not failed", n)
+				}
+				if mode != hybrid.Exact && st.Reconcile.Resets != overwrites {
+					t.Errorf("Stats().Reconcile.Resets = %d, want %d: one per overwrite", st.Reconcile.Resets, overwrites)
 				}
 				if st.Degraded || st.Reconcile.Transitions != 0 {
-					t.Errorf("with WRONGTYPE on one key: Degraded %v, %d breaker transitions, want the breaker untouched", st.Degraded, st.Reconcile.Transitions)
-				}
-				if got, _ := f.m.Get("hybrid:{k}"); got != "x" {
-					t.Errorf("the string under hybrid:{k} became %q", got)
-				}
-
-				f.m.Del("hybrid:{k}")
-				settle(2 * interval)
-				errs := func() uint64 {
-					st := l.Stats()
-					return st.Reconcile.KeyErrors + st.Reconcile.FetchErrors + st.ExactErrors
-				}
-				before := errs()
-				good := run("after DEL", time.Second)
-				if good.bySource[hybrid.SourceFallback] != 0 || good.allowed == 0 {
-					t.Errorf("after DEL: k %+v, want admissions with Redis again", good)
-				}
-				if after := errs(); after != before {
-					t.Errorf("after DEL: %d more errors, want none", after-before)
+					t.Errorf("Degraded %v, %d breaker transitions, want the breaker untouched", st.Degraded, st.Reconcile.Transitions)
 				}
 				if n := tokensIn(t, f.m, "k"); n < -burst*micro || n > burst*micro {
-					t.Errorf("after DEL: the bucket holds %d micro-tokens, want a valid bucket", n)
+					t.Errorf("the bucket holds %d micro-tokens, want a valid bucket", n)
 				}
 			})
 		})

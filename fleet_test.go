@@ -17,12 +17,13 @@ import (
 
 // link is a go-redis hook between one instance and a shared miniredis: it
 // sets Redis TIME to the caller's clock before every command (inside a
-// synctest bubble, the bubble's fake clock), counts commands, and can cut the
-// link, failing every command as a refused connection would.
+// synctest bubble, the bubble's fake clock), plus skew, counts commands, and
+// can cut the link, failing every command as a refused connection would.
 type link struct {
 	m        *miniredis.Miniredis
 	down     atomic.Bool
 	commands atomic.Int64
+	skew     atomic.Int64 // ns added to the caller's clock to make Redis TIME
 }
 
 // errLinkDown is what a cut link returns: a refused connection, as go-redis
@@ -38,7 +39,7 @@ func (l *link) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return errLinkDown
 		}
 		l.commands.Add(1)
-		l.m.SetTime(time.Now())
+		l.m.SetTime(time.Now().Add(time.Duration(l.skew.Load())))
 		return next(ctx, cmd)
 	}
 }
@@ -52,7 +53,7 @@ func (l *link) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			return errLinkDown
 		}
 		l.commands.Add(int64(len(cmds)))
-		l.m.SetTime(time.Now())
+		l.m.SetTime(time.Now().Add(time.Duration(l.skew.Load())))
 		return next(ctx, cmds)
 	}
 }
@@ -71,23 +72,40 @@ func newFleet(t *testing.T, m *miniredis.Miniredis, n int, cfg hybrid.Config) *f
 	t.Helper()
 	f := &fleet{m: m}
 	for i := range n {
-		ln := &link{m: m}
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-		rdb.AddHook(ln)
-		c := cfg
-		c.InstanceID = string(rune('a' + i))
-		l, err := hybrid.New(rdb, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.lims = append(f.lims, l)
-		f.links = append(f.links, ln)
-		t.Cleanup(func() {
-			l.Close(context.Background())
-			rdb.Close()
-		})
+		f.add(t, cfg, string(rune('a'+i)))
 	}
 	return f
+}
+
+// add starts one more instance of f, named id, with its own client and link
+// (with the skew of the fleet's first link, if any), closed at cleanup.
+func (f *fleet) add(t *testing.T, cfg hybrid.Config, id string) {
+	t.Helper()
+	ln := &link{m: f.m}
+	if len(f.links) > 0 {
+		ln.skew.Store(f.links[0].skew.Load())
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: f.m.Addr(), MaxRetries: -1})
+	rdb.AddHook(ln)
+	cfg.InstanceID = id
+	l, err := hybrid.New(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.lims = append(f.lims, l)
+	f.links = append(f.links, ln)
+	t.Cleanup(func() {
+		l.Close(context.Background())
+		rdb.Close()
+	})
+}
+
+// setSkew makes Redis TIME run skew ahead of the callers' clock (behind if
+// negative), from the next command on.
+func (f *fleet) setSkew(skew time.Duration) {
+	for _, ln := range f.links {
+		ln.skew.Store(int64(skew))
+	}
 }
 
 // close closes every limiter, failing the test on an error.

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,14 @@ type Config struct {
 	Fallback Fallback
 	// Breaker configures the circuit breaker around the Redis calls.
 	Breaker breaker.Config
+	// Logger receives the Limiter's log lines: a warning when Redis becomes
+	// unreachable and the fallback policy takes over, an info line when it
+	// is back; failing settlement rounds (the first failure, then at most
+	// one line every 10s with a count, then their recovery); Close.
+	// Nothing is logged on a decision answered locally. Nil means no
+	// logging. go-redis keeps a logger of its own (for refused dials, say):
+	// silence it with redis.SetLogger (docs/observability.md).
+	Logger *slog.Logger
 }
 
 // Limiter is a fleet-wide rate limiter. It is safe for concurrent use.
@@ -142,6 +151,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		Instances:     cfg.Instances,
 		InstanceID:    cfg.InstanceID,
 		Breaker:       cfg.Breaker,
+		Logger:        cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
@@ -280,9 +290,10 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	now := l.clock.Now()
 	v := e.View()
 	fresh := v.Seen != 0 && v.Age(now) <= 2*l.r.SyncInterval()
-	if sp.Mode == Optimistic || fresh && v.Tokens < cost {
-		// The fleet's bucket was empty at the last round (lease), or this
-		// instance spent its budget (optimistic): deny here.
+	if sp.Mode == Optimistic || fresh && v.Tokens+e.Allowance.Load() < cost {
+		// The fleet's bucket and this instance's lease together held less
+		// than cost at the last round (lease; a fetch grants cost less the
+		// lease), or this instance spent its budget (optimistic): deny here.
 		if sp.Mode == Lease {
 			l.r.Starved(e, false)
 		}
@@ -307,7 +318,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 			}
 			return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 		}
-		if left, ok := e.Allowance.SpendLeft(cost); ok {
+		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
 			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 		}
 		if e.Retired() {

@@ -520,8 +520,11 @@ func TestIntegrationLeaseKeepsUp(t *testing.T) {
 	}
 	t.Logf("second 2: %d decisions (%v each), %d fetches (%.4f per decision); stats %+v",
 		n-n0, time.Second/time.Duration(max(n-n0, 1)), fetches, perDecision, l.Stats())
-	if perDecision > 0.01 {
-		t.Errorf("%.4f fetches per decision in the second second, want at most 0.01", perDecision)
+	// Leases sized to use fetch about once per 100 decisions here (0.01 on
+	// a quiet machine); collapsed leases fetch on nearly every decision.
+	// The bound leaves room for a loaded machine's slow rounds.
+	if perDecision > 0.025 {
+		t.Errorf("%.4f fetches per decision in the second second, want at most 0.025", perDecision)
 	}
 }
 
@@ -577,7 +580,10 @@ func TestIntegrationWarmManyKeys(t *testing.T) {
 	if n := fallback.Load(); n > int64(st.Reconcile.FetchTimeouts) || st.Reconcile.Transitions > 0 {
 		t.Errorf("%d of %d decisions from the fallback (%d fetches timed out), %d breaker transitions, with Redis up", n, keys, st.Reconcile.FetchTimeouts, st.Reconcile.Transitions)
 	}
-	if st.Reconcile.RoundErrors > 0 {
+	// Rounds that outgrew the call timeout would fail on and on, after
+	// the load too. A round or two that a loaded machine slowed past the
+	// timeout during the load is not that.
+	if idleErrors > 0 || st.Reconcile.RoundErrors*10 > st.Reconcile.Rounds {
 		t.Errorf("%d of %d rounds failed with Redis up (%d of the %d after the load)", st.Reconcile.RoundErrors, st.Reconcile.Rounds, idleErrors, idle)
 	}
 }

@@ -84,8 +84,14 @@ func (r Result) Age() time.Duration {
 }
 
 // allowed is the Result of tokens taken from e's allowance, which holds left
-// micro-tokens after them. It reads no clock.
+// micro-tokens after them. It reads no clock. It counts a decision from Redis;
+// one from the allowance (src SourceLocal) was counted by the spend itself
+// (local.Allowance.SpendLeft), in the entry, rather than in a counter shared
+// across keys.
 func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64, src Source) Result {
+	if src != SourceLocal {
+		l.stats.redisAllowed.Add(1)
+	}
 	v := e.View()
 	rem := left
 	if sp.Mode == Lease {

@@ -10,33 +10,52 @@ import (
 
 // counters are the Limiter's own statistics. Only decisions off the hot path
 // are counted here, so that an allowed decision on a known key writes no
-// memory shared across keys.
+// memory shared across keys: those are counted by the spend itself, in the
+// key's allowance (see local.Allowance), and summed by the reconciler.
 type counters struct {
-	localDenied     atomic.Uint64
-	redisDenied     atomic.Uint64
-	fetched         atomic.Uint64
-	fallbackAllowed atomic.Uint64
-	fallbackDenied  atomic.Uint64
-	exactAllowed    atomic.Uint64
-	exactDenied     atomic.Uint64
-	exactErrors     atomic.Uint64
-	refunds         atomic.Uint64
+	localDenied      atomic.Uint64
+	redisAllowed     atomic.Uint64
+	redisDenied      atomic.Uint64
+	fetched          atomic.Uint64
+	fallbackAllowed  atomic.Uint64
+	fallbackDenied   atomic.Uint64
+	fallbackConsumed atomic.Uint64 // micro-tokens
+	exactAllowed     atomic.Uint64
+	exactDenied      atomic.Uint64
+	exactErrors      atomic.Uint64
+	refunds          atomic.Uint64
 }
 
-// Stats is a snapshot of a Limiter's work. Decisions allowed from a key's
-// allowance are not counted one by one (counting them would cost the hot
-// path); the settlement figures account for them.
+// Stats is a snapshot of a Limiter's work. Every decision is counted once,
+// by where it came from (see Allowed and Denied); each check of AllowAll is
+// a decision. A cancelled reservation stays counted as allowed (and counts
+// in Refunds).
+//
+// Decisions allowed from a key's allowance (LocalAllowed) are counted in the
+// same word of the key's entry as the allowance they spend, by the one atomic
+// instruction that spends it, so that counting them costs the hot path
+// nothing; the reconciler adds them up when it next visits the key, at its
+// next round or when the key leaves the store. So LocalAllowed lags by up to
+// one SyncInterval; after Close it is complete.
 type Stats struct {
+	// LocalAllowed counts decisions allowed from the key's allowance (a
+	// lease or an optimistic budget), with no round trip.
+	LocalAllowed uint64
 	// LocalDenied counts denials answered from the last view of the global
 	// bucket, with no round trip.
 	LocalDenied uint64
 	// Fetched counts requests that waited for a round trip (a cold key, or
-	// a lease that ran dry while Redis had tokens); RedisDenied those of
-	// them that were denied.
-	Fetched, RedisDenied uint64
+	// a lease that ran dry while Redis had tokens); RedisAllowed and
+	// RedisDenied those of them that were allowed and denied (the others
+	// fell back, or their caller gave up).
+	Fetched, RedisAllowed, RedisDenied uint64
 	// FallbackAllowed and FallbackDenied count decisions of the fallback
 	// policy.
 	FallbackAllowed, FallbackDenied uint64
+	// FallbackConsumed is the micro-tokens the fallback policy admitted:
+	// consumption charged to Redis once it is back (see
+	// Reconcile.Unsettled for what is still to charge).
+	FallbackConsumed uint64
 	// ExactAllowed, ExactDenied and ExactErrors count Exact decisions and
 	// the script calls that failed (those fell back).
 	ExactAllowed, ExactDenied, ExactErrors uint64
@@ -44,25 +63,59 @@ type Stats struct {
 	Refunds uint64
 	// Degraded reports whether the fallback policy is deciding now.
 	Degraded bool
-	// Reconcile is the reconciler's part: rounds, keys settled, the
-	// breaker's state, the fleet size, keys tracked.
+	// Reconcile is the reconciler's part: rounds and their round-trip
+	// times, keys settled, unsettled consumption, evictions, the breaker's
+	// state and transitions, the fleet size, Redis's clock skew, keys
+	// tracked.
 	Reconcile reconcile.Stats
+}
+
+// Allowed returns the decisions allowed from src. Exact decisions are
+// SourceRedis.
+func (s Stats) Allowed(src Source) uint64 {
+	switch src {
+	case SourceLocal:
+		return s.LocalAllowed
+	case SourceRedis:
+		return s.RedisAllowed + s.ExactAllowed
+	case SourceFallback:
+		return s.FallbackAllowed
+	}
+	return 0
+}
+
+// Denied returns the decisions denied from src. Exact decisions are
+// SourceRedis.
+func (s Stats) Denied(src Source) uint64 {
+	switch src {
+	case SourceLocal:
+		return s.LocalDenied
+	case SourceRedis:
+		return s.RedisDenied + s.ExactDenied
+	case SourceFallback:
+		return s.FallbackDenied
+	}
+	return 0
 }
 
 // Stats returns a snapshot of l's statistics.
 func (l *Limiter) Stats() Stats {
+	rs := l.r.Stats()
 	return Stats{
-		LocalDenied:     l.stats.localDenied.Load(),
-		Fetched:         l.stats.fetched.Load(),
-		RedisDenied:     l.stats.redisDenied.Load(),
-		FallbackAllowed: l.stats.fallbackAllowed.Load(),
-		FallbackDenied:  l.stats.fallbackDenied.Load(),
-		ExactAllowed:    l.stats.exactAllowed.Load(),
-		ExactDenied:     l.stats.exactDenied.Load(),
-		ExactErrors:     l.stats.exactErrors.Load(),
-		Refunds:         l.stats.refunds.Load(),
-		Degraded:        l.r.Degraded(),
-		Reconcile:       l.r.Stats(),
+		LocalAllowed:     rs.LocalAllowed,
+		LocalDenied:      l.stats.localDenied.Load(),
+		Fetched:          l.stats.fetched.Load(),
+		RedisAllowed:     l.stats.redisAllowed.Load(),
+		RedisDenied:      l.stats.redisDenied.Load(),
+		FallbackAllowed:  l.stats.fallbackAllowed.Load(),
+		FallbackDenied:   l.stats.fallbackDenied.Load(),
+		FallbackConsumed: l.stats.fallbackConsumed.Load(),
+		ExactAllowed:     l.stats.exactAllowed.Load(),
+		ExactDenied:      l.stats.exactDenied.Load(),
+		ExactErrors:      l.stats.exactErrors.Load(),
+		Refunds:          l.stats.refunds.Load(),
+		Degraded:         l.r.Degraded(),
+		Reconcile:        rs,
 	}
 }
 

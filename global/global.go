@@ -64,7 +64,7 @@ var (
 	ErrInvalidKey   = limit.ErrInvalidKey
 )
 
-// ErrReply means the script answered with something other than three
+// ErrReply means the script answered with something other than four
 // integers in range. It is wrapped with the reply that was received.
 var ErrReply = errors.New("garbled script reply")
 
@@ -130,6 +130,10 @@ type Result struct {
 	Limit Limit
 	// Now is the Redis time of the decision.
 	Now time.Time
+	// Reset reports that Redis held something unreadable under the key
+	// (another type, or garbled fields) and that it was replaced with a
+	// full bucket before the decision.
+	Reset bool
 }
 
 // Allow takes n tokens from the bucket of key if they are all there, in one
@@ -146,7 +150,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Re
 	// want == min_grant == cost: all or nothing, with nothing to round.
 	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost, 1).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
+		err = fmt.Errorf("%w: got nil, want 4 integers", ErrReply)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
@@ -182,6 +186,7 @@ func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
 		ResetAfter: limit.DurationFor(m.Burst-r.Tokens, m.Rate),
 		Limit:      lim,
 		Now:        r.Now,
+		Reset:      r.Reset,
 	}
 	if !res.Allowed {
 		res.RetryAfter = limit.DurationFor(cost-r.Tokens, m.Rate)
@@ -189,18 +194,18 @@ func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
 	return res
 }
 
-// parseReply reads the script's reply {granted, tokens, now_us} for a bucket
-// of burst micro-tokens and a request of want. It never panics: anything else
-// is an error wrapping ErrReply.
+// parseReply reads the script's reply {granted, tokens, now_us, reset} for
+// a bucket of burst micro-tokens and a request of want. It never panics:
+// anything else is an error wrapping ErrReply.
 func parseReply(v any, burst, want int64) (Reply, error) {
 	a, ok := v.([]any)
 	if !ok {
-		return Reply{}, fmt.Errorf("%w: got %T, want 3 integers", ErrReply, v)
+		return Reply{}, fmt.Errorf("%w: got %T, want 4 integers", ErrReply, v)
 	}
-	if len(a) != 3 {
-		return Reply{}, fmt.Errorf("%w: got %d values, want 3 integers", ErrReply, len(a))
+	if len(a) != 4 {
+		return Reply{}, fmt.Errorf("%w: got %d values, want 4 integers", ErrReply, len(a))
 	}
-	var x [3]int64
+	var x [4]int64
 	for i, e := range a {
 		n, ok := e.(int64)
 		if !ok {
@@ -208,7 +213,7 @@ func parseReply(v any, burst, want int64) (Reply, error) {
 		}
 		x[i] = n
 	}
-	granted, tokens, now := x[0], x[1], x[2]
+	granted, tokens, now, reset := x[0], x[1], x[2], x[3]
 	switch {
 	case granted < 0 || granted > want:
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
@@ -216,6 +221,8 @@ func parseReply(v any, burst, want int64) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: tokens %d is outside [%d, %d]", ErrReply, tokens, -burst, burst)
 	case now < 0 || now > maxAmount:
 		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
+	case reset != 0 && reset != 1:
+		return Reply{}, fmt.Errorf("%w: reset %d is neither 0 nor 1", ErrReply, reset)
 	}
-	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now)}, nil
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1}, nil
 }

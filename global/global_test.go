@@ -515,7 +515,9 @@ func TestAllowBurst(t *testing.T) {
 	})
 }
 
-// TestSettleWrongType checks that a key someone SET to a string fails alone.
+// TestSettleWrongType checks that a key someone SET to a string is replaced
+// by a full bucket, alone, and that the reply says so: neither the key nor
+// the others fail, and the key is a bucket again afterwards.
 func TestSettleWrongType(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
@@ -525,7 +527,7 @@ func TestSettleWrongType(t *testing.T) {
 		}
 		batch := []global.Settlement{
 			{Key: "a", Limit: slow, Want: M, MinGrant: M},
-			{Key: "b", Limit: slow, Want: M, MinGrant: M},
+			{Key: "b", Limit: slow, Consumed: 2 * M, Want: M, MinGrant: M},
 			{Key: "c", Limit: slow, Want: M, MinGrant: M},
 		}
 		replies := make([]global.Reply, 3)
@@ -533,21 +535,32 @@ func TestSettleWrongType(t *testing.T) {
 			t.Fatalf("Settle = %v, want nil", err)
 		}
 		for i, r := range replies {
-			if i == 1 {
-				if r.Err == nil || !strings.Contains(r.Err.Error(), "WRONGTYPE") || !strings.HasPrefix(r.Err.Error(), `global: settle "b"`) {
-					t.Errorf("reply b = %+v, want a WRONGTYPE error", r)
-				}
-				continue
+			wantTokens, wantReset := int64(9*M), i == 1
+			if wantReset {
+				wantTokens = 7 * M // a full bucket, charged 2 and granted 1
 			}
-			if r.Err != nil || r.Granted != M || !about(r.Tokens, 9*M) {
-				t.Errorf("reply %s = %+v, want granted %d tokens %d", batch[i].Key, r, M, 9*M)
+			if r.Err != nil || r.Granted != M || !about(r.Tokens, wantTokens) || r.Reset != wantReset {
+				t.Errorf("reply %s = %+v, want granted %d tokens %d reset %v", batch[i].Key, r, M, wantTokens, wantReset)
 			}
 		}
-		if _, err := l.Allow(ctx, "b", global.Limit{Rate: 1, Burst: 1}, 1); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Errorf("Allow(b) = %v, want a WRONGTYPE error", err)
+		if typ, err := b.rdb.Type(ctx, l.Key("b")).Result(); err != nil || typ != "hash" {
+			t.Errorf("TYPE b = %q, %v; want hash: the string replaced by a bucket", typ, err)
 		}
-		if got, err := b.rdb.Get(ctx, l.Key("b")).Result(); err != nil || got != "not a bucket" {
-			t.Errorf("GET b = %q, %v; want it unchanged", got, err)
+		if err := l.Settle(ctx, batch[1:2], replies); err != nil || replies[0].Err != nil || replies[0].Reset || !about(replies[0].Tokens, 4*M) {
+			t.Errorf("Settle(b) again = %v, %+v; want tokens %d and no reset", err, replies[0], 4*M)
+		}
+
+		// The exact limiter too.
+		if err := b.rdb.Set(ctx, l.Key("b"), "not a bucket", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := l.Allow(ctx, "b", global.Limit{Rate: 1, Burst: 1}, 1)
+		if err != nil || !r.Allowed || !r.Reset {
+			t.Errorf("Allow(b) on a string = %+v, %v; want allowed on a full bucket, Reset", r, err)
+		}
+		r, err = l.Allow(ctx, "b", global.Limit{Rate: 1, Burst: 1}, 1)
+		if err != nil || r.Allowed || r.Reset {
+			t.Errorf("Allow(b) again = %+v, %v; want denied, no reset", r, err)
 		}
 	})
 }

@@ -17,28 +17,33 @@ func TestParseReply(t *testing.T) {
 		v    any
 		ok   bool
 	}{
-		{"valid", []any{int64(want), int64(9_000_000), int64(now)}, true},
-		{"valid debt", []any{int64(0), int64(-burst), int64(0)}, true},
+		{"valid", []any{int64(want), int64(9_000_000), int64(now), int64(0)}, true},
+		{"valid debt", []any{int64(0), int64(-burst), int64(0), int64(0)}, true},
+		{"valid reset", []any{int64(want), int64(burst - want), int64(now), int64(1)}, true},
 		{"nil", nil, false},
 		{"string", "OK", false},
 		{"integer", int64(1), false},
 		{"empty", []any{}, false},
 		{"two values", []any{int64(0), int64(0)}, false},
-		{"four values", []any{int64(0), int64(0), int64(0), int64(0)}, false},
-		{"nil values", []any{nil, nil, nil}, false},
-		{"string values", []any{"1", "2", "3"}, false},
-		{"int, not int64", []any{0, 0, 0}, false},
-		{"float", []any{int64(0), 1.5, int64(now)}, false},
-		{"nested", []any{[]any{int64(0)}, int64(0), int64(now)}, false},
-		{"int64 slice", []int64{0, 0, now}, false},
+		{"three values", []any{int64(0), int64(0), int64(now)}, false},
+		{"five values", []any{int64(0), int64(0), int64(0), int64(0), int64(0)}, false},
+		{"nil values", []any{nil, nil, nil, nil}, false},
+		{"string values", []any{"1", "2", "3", "0"}, false},
+		{"int, not int64", []any{0, 0, 0, 0}, false},
+		{"float", []any{int64(0), 1.5, int64(now), int64(0)}, false},
+		{"nested", []any{[]any{int64(0)}, int64(0), int64(now), int64(0)}, false},
+		{"int64 slice", []int64{0, 0, now, 0}, false},
 		{"map", map[any]any{"granted": int64(0)}, false},
-		{"negative granted", []any{int64(-1), int64(0), int64(now)}, false},
-		{"granted above want", []any{int64(want + 1), int64(0), int64(now)}, false},
-		{"tokens above burst", []any{int64(0), int64(burst + 1), int64(now)}, false},
-		{"tokens below -burst", []any{int64(0), int64(-burst - 1), int64(now)}, false},
-		{"negative now", []any{int64(0), int64(0), int64(-1)}, false},
-		{"now beyond 2^53", []any{int64(0), int64(0), int64(1 << 53)}, false},
-		{"error value", []any{errors.New("x"), int64(0), int64(now)}, false},
+		{"negative granted", []any{int64(-1), int64(0), int64(now), int64(0)}, false},
+		{"granted above want", []any{int64(want + 1), int64(0), int64(now), int64(0)}, false},
+		{"tokens above burst", []any{int64(0), int64(burst + 1), int64(now), int64(0)}, false},
+		{"tokens below -burst", []any{int64(0), int64(-burst - 1), int64(now), int64(0)}, false},
+		{"negative now", []any{int64(0), int64(0), int64(-1), int64(0)}, false},
+		{"now beyond 2^53", []any{int64(0), int64(0), int64(1 << 53), int64(0)}, false},
+		{"reset 2", []any{int64(0), int64(0), int64(now), int64(2)}, false},
+		{"reset -1", []any{int64(0), int64(0), int64(now), int64(-1)}, false},
+		{"reset string", []any{int64(0), int64(0), int64(now), "1"}, false},
+		{"error value", []any{errors.New("x"), int64(0), int64(now), int64(0)}, false},
 	}
 	for _, tt := range tests {
 		r, err := parseReply(tt.v, burst, want)
@@ -56,9 +61,13 @@ func TestParseReply(t *testing.T) {
 		}
 	}
 
-	r, err := parseReply([]any{int64(want), int64(-5), int64(now)}, burst, want)
+	r, err := parseReply([]any{int64(want), int64(-5), int64(now), int64(0)}, burst, want)
 	if wantR := (Reply{Granted: want, Tokens: -5, Now: time.UnixMicro(now)}); err != nil || r != wantR {
 		t.Errorf("parseReply = %+v, %v; want %+v", r, err, wantR)
+	}
+	r, err = parseReply([]any{int64(0), int64(burst), int64(now), int64(1)}, burst, want)
+	if wantR := (Reply{Tokens: burst, Now: time.UnixMicro(now), Reset: true}); err != nil || r != wantR {
+		t.Errorf("parseReply(reset) = %+v, %v; want %+v", r, err, wantR)
 	}
 }
 
@@ -85,6 +94,9 @@ func TestResult(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("result(cost %d, granted %d, tokens %d) = %+v, want %+v", tt.cost, tt.granted, tt.tokens, got, tt.want)
 		}
+	}
+	if got := result(Reply{Granted: 1e6, Tokens: 9e6, Now: now, Reset: true}, m, lim, 1e6); !got.Reset || !got.Allowed {
+		t.Errorf("result of a reset reply = %+v, want Allowed and Reset", got)
 	}
 }
 

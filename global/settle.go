@@ -45,8 +45,13 @@ type Reply struct {
 	Tokens int64
 	// Now is the Redis time of the settlement.
 	Now time.Time
+	// Reset reports that Redis held something unreadable under the key
+	// (another type, such as a string SET over the bucket, or garbled
+	// fields) and that the script replaced it with a full bucket before
+	// the settlement: the bucket's past was lost, as after a FLUSHALL.
+	Reset bool
 	// Err is this key's error alone: an invalid Settlement (not sent), a
-	// Redis error for this key (such as WRONGTYPE), a reply wrapping
+	// Redis error for this key (such as a script error), a reply wrapping
 	// ErrReply, or the round trip failing. If Err is not nil the other
 	// fields are zero and the bucket may or may not have changed.
 	Err error
@@ -89,7 +94,8 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		return nil
 	}
 	// Exec's error is the first command's error; each is read below.
-	_, _ = pipe.Exec(ctx)
+	_, err := pipe.Exec(ctx)
+	markNotSent(cmds, err)
 
 	pipe = nil
 	for i, cmd := range cmds {
@@ -102,7 +108,8 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		}
 	}
 	if pipe != nil {
-		_, _ = pipe.Exec(ctx)
+		_, err := pipe.Exec(ctx)
+		markNotSent(cmds, err)
 	}
 
 	var failed error // the first error that is not a reply from Redis
@@ -114,7 +121,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		s := &batch[i]
 		v, err := cmd.Result()
 		if errors.Is(err, redis.Nil) {
-			err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
+			err = fmt.Errorf("%w: got nil, want 4 integers", ErrReply)
 		} else if err == nil {
 			replies[i], err = parseReply(v, s.Limit.Burst, s.Want)
 		} else if !isReply(err) {
@@ -170,6 +177,25 @@ func (s *Settlement) check() error {
 		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d rounded down to quantum %d", ErrInvalidCost, s.MinGrant, s.Want, s.Quantum)
 	}
 	return nil
+}
+
+// errNotSent marks a command that was never sent, so got no reply.
+var errNotSent = errors.New("not sent")
+
+// markNotSent gives the commands of a pipeline whose Exec failed with
+// execErr, and that hold neither a value nor an error, an error wrapping
+// errNotSent. go-redis leaves the commands so when the connection could not
+// be set up because Redis answered with an error (a wrong password, too
+// many clients): its reply must not read as the commands' own.
+func markNotSent(cmds []*redis.Cmd, execErr error) {
+	if execErr == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd != nil && cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(fmt.Errorf("%w: %v", errNotSent, execErr))
+		}
+	}
 }
 
 // isNoScript reports whether err means the script is not cached in Redis.

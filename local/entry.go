@@ -26,8 +26,8 @@ type Entry[X any] struct {
 	touched atomic.Uint32 // the store epoch of the last recency update
 
 	// Allowance holds the micro-tokens this instance may spend with no clock
-	// read and no lock.
-	Allowance Tokens
+	// read and no lock, and counts the decisions that spent them.
+	Allowance Allowance
 	// Pending holds the micro-tokens consumed here and not yet settled.
 	Pending Tokens
 

@@ -9,11 +9,9 @@ import (
 // negative, so a retired counter is recognised by its sign.
 const retiredMark = math.MinInt64
 
-// Tokens is a count of micro-tokens that can be retired. An Entry keeps two:
-// its allowance, tokens this instance may spend without asking anyone (in
-// lease mode Redis granted them before they are spent, so spending needs no
-// clock, only an atomic compare-and-swap), and its pending consumption, spent
-// here and not yet settled with Redis.
+// Tokens is a count of micro-tokens that can be retired. An Entry keeps its
+// pending consumption in one, spent here and not yet settled with Redis (and
+// its allowance in an Allowance, which counts its spends too).
 //
 // Retiring (when the entry leaves the store) hands back what the count held;
 // from then on it spends nothing and accepts nothing, so no token is stranded

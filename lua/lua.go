@@ -11,7 +11,8 @@ import _ "embed"
 // it refills the bucket from Redis TIME, takes back returned, charges
 // consumed, grants up to want in whole quanta (or nothing if that is less
 // than min_grant), writes the bucket with a TTL and replies
-// {granted, tokens, now_us}.
+// {granted, tokens, now_us, reset}. A key it cannot read (another type, or
+// garbled fields) is replaced by a full bucket, with reset 1.
 //
 //go:embed settle.lua
 var Settle string

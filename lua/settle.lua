@@ -7,7 +7,9 @@
 -- KEYS[1]  the bucket, e.g. "hybrid:{user42}": a hash with fields
 --            t   tokens, in micro-tokens, in [-burst, burst]
 --            ts  the Redis time of t, in microseconds
---          A missing key is a full bucket.
+--          A missing key is a full bucket. A key that holds another type,
+--          or a hash whose t or ts is unreadable, is deleted and replaced by
+--          a full bucket (reset = 1 in the reply): it never stays stuck.
 -- ARGV     rate, burst, consumed, returned, want, min_grant, quantum
 --            rate       micro-tokens per second, an integer in [1, 2^50]
 --            burst      micro-tokens, an integer in [1, 2^50]
@@ -18,15 +20,18 @@
 --            quantum    micro-tokens; the grant is a whole number of these,
 --                       an integer in [1, 2^50] (1 does not round)
 --          consumed, returned, want and min_grant are integers below 2^53.
--- returns  {granted, tokens, now_us}, all integers:
+-- returns  {granted, tokens, now_us, reset}, all integers:
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
 --                       a multiple of quantum
 --            tokens     micro-tokens left after the step, in [-burst, burst]
 --            now_us     Redis TIME in microseconds
--- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read;
---          WRONGTYPE when KEYS[1] holds something other than a hash.
+--            reset      1 if KEYS[1] held something unreadable (another
+--                       type, garbled fields) and was replaced, else 0
+-- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read.
 --
 -- One step, with now from Redis TIME:
+--   0. read t and ts; a missing key is {burst, now}, and so is a key that
+--      cannot be read, which is deleted first (reset)
 --   1. refill: t = min(burst, t + floor(elapsed_us * rate / 1e6)); a clock
 --      that went back (failover) refills nothing and ts never moves back
 --   2. t = min(burst, t + returned)
@@ -87,12 +92,34 @@ local key = KEYS[1]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
 
--- The state. Anything unreadable counts as missing: the bucket starts full
--- again rather than stay stuck.
-local state = redis.call('HMGET', key, 't', 'ts')
-local t, ts = tonumber(state[1]), tonumber(state[2])
-if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
-    ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
+-- 0. The state. Anything unreadable is replaced by a full bucket rather
+-- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
+-- and a hash whose fields are not the script's. pcall, so that WRONGTYPE is
+-- seen here; any other error is passed on.
+local reset = 0
+local t, ts
+local state = redis.pcall('HMGET', key, 't', 'ts')
+if state.err then
+  if not string.find(state.err, 'WRONGTYPE', 1, true) then
+    return redis.error_reply(state.err)
+  end
+  reset = 1
+else
+  t, ts = tonumber(state[1]), tonumber(state[2])
+  if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
+      ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
+    -- Missing (a full bucket, not a reset) unless the hash exists with
+    -- other fields, or with a field that is there but unreadable.
+    if state[1] or state[2] or redis.call('EXISTS', key) == 1 then
+      reset = 1
+    end
+    t, ts = nil, nil
+  end
+end
+if t == nil then
+  if reset == 1 then
+    redis.call('DEL', key)
+  end
   t, ts = burst, now
 end
 if t > burst then
@@ -178,4 +205,4 @@ end
 redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
 redis.call('PEXPIRE', key, string.format('%.0f', ttl))
 
-return {granted, t, now}
+return {granted, t, now, reset}

@@ -240,7 +240,13 @@ func TestSettleModel(t *testing.T) {
 					t.Fatalf("step %d: EVAL: %v", i, err)
 				}
 				a := v.([]any)
-				got := [3]int64{a[0].(int64), a[1].(int64), a[2].(int64)}
+				if len(a) != 4 {
+					t.Fatalf("step %d: reply %v, want 4 integers", i, a)
+				}
+				got := [4]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64)}
+				if got[3] != 0 {
+					t.Fatalf("key %d step %d: reset = %d on a readable bucket, want 0", k, i, got[3])
+				}
 				before := m
 				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum)
 				if got[0] != granted || got[1] != m.t {
@@ -267,54 +273,157 @@ func TestSettleModel(t *testing.T) {
 	})
 }
 
-// TestSettleUnreadableState checks that a hash the script cannot read counts
-// as a full bucket rather than a stuck one.
+// TestSettleUnreadableState checks that a hash the script cannot read is
+// replaced by a full bucket, rather than left stuck, and that the reply says
+// so; a missing key is a full bucket too, but not a reset.
 func TestSettleUnreadableState(t *testing.T) {
 	tests := []struct {
 		name   string
-		fields []any
+		fields []any // nil: no key
+		reset  int64
 	}{
-		{"t text", []any{"t", "abc", "ts", "1"}},
-		{"t fraction", []any{"t", "1.5", "ts", "1"}},
-		{"ts missing", []any{"t", "5"}},
-		{"ts negative", []any{"t", "5", "ts", "-1"}},
-		{"ts beyond 2^53", []any{"t", "5", "ts", "9007199254740993"}},
-		{"other fields only", []any{"x", "1"}},
+		{"missing", nil, 0},
+		{"t text", []any{"t", "abc", "ts", "1"}, 1},
+		{"t fraction", []any{"t", "1.5", "ts", "1"}, 1},
+		{"t missing", []any{"ts", "1"}, 1},
+		{"ts missing", []any{"t", "5"}, 1},
+		{"ts negative", []any{"t", "5", "ts", "-1"}, 1},
+		{"ts beyond 2^53", []any{"t", "5", "ts", "9007199254740993"}, 1},
+		{"other fields only", []any{"x", "1"}, 1},
+		{"garbage besides", []any{"t", "nan", "ts", "1", "x", "1"}, 1},
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		for _, tt := range tests {
 			key := "{" + tt.name + "}"
-			if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
-				t.Fatal(err)
+			if tt.fields != nil {
+				if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
-			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 0, 0, 1).Result()
+			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 1_000_000, 0, 1).Result()
 			if err != nil {
 				t.Fatalf("%s: EVAL: %v", tt.name, err)
 			}
-			if got := v.([]any)[1]; got != int64(10_000_000) {
-				t.Errorf("%s: tokens = %v, want 10000000 (full)", tt.name, got)
+			a := v.([]any)
+			if a[0] != int64(1_000_000) || a[1] != int64(9_000_000) || a[3] != tt.reset {
+				t.Errorf("%s: reply %v, want {1000000, 9000000, now, %d}: a full bucket", tt.name, a, tt.reset)
+			}
+			if got, err := b.rdb.HKeys(ctx, key).Result(); err != nil || len(got) != 2 {
+				t.Errorf("%s: HKEYS after = %q, %v; want [t ts] alone", tt.name, got, err)
 			}
 		}
 	})
 }
 
-// TestSettleWrongType checks that a key holding a string is an error, and
-// that the key is left alone.
+// TestSettleWrongType checks that a key holding another type than a hash
+// (someone SET over the bucket) is replaced by a full bucket, with reset 1
+// in the reply, instead of failing with WRONGTYPE forever.
 func TestSettleWrongType(t *testing.T) {
+	tests := []struct {
+		name  string
+		write func(ctx context.Context, rdb *redis.Client, key string) error
+	}{
+		{"string", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "v", 0).Err()
+		}},
+		{"string with TTL", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "v", time.Hour).Err()
+		}},
+		{"list", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.RPush(ctx, key, "a", "b").Err()
+		}},
+		{"set", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.SAdd(ctx, key, "a").Err()
+		}},
+		{"sorted set", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "a"}).Err()
+		}},
+		{"stream", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"f", "v"}}).Err()
+		}},
+	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
-		if err := b.rdb.Set(ctx, "{s}", "v", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		_, err := b.rdb.Eval(ctx, lua.Settle, []string{"{s}"}, 1, 1, 0, 0, 0, 0, 1).Result()
-		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Errorf("EVAL on a string = %v, want WRONGTYPE", err)
-		}
-		if got, err := b.rdb.Get(ctx, "{s}").Result(); got != "v" || err != nil {
-			t.Errorf("GET after = %q, %v; want v", got, err)
+		for _, tt := range tests {
+			key := "{" + tt.name + "}"
+			if err := tt.write(ctx, b.rdb, key); err != nil {
+				t.Fatal(err)
+			}
+			// Charge 3 tokens, take 2 of a bucket of 10 at 1 token/s.
+			args := []any{1_000_000, 10_000_000, 3_000_000, 0, 2_000_000, 0, 1}
+			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
+			if err != nil {
+				t.Fatalf("%s: EVAL = %v, want a reply", tt.name, err)
+			}
+			if a := v.([]any); a[0] != int64(2_000_000) || a[1] != int64(5_000_000) || a[3] != int64(1) {
+				t.Errorf("%s: reply %v, want {2000000, 5000000, now, 1}: a full bucket, charged", tt.name, a)
+			}
+			if typ, err := b.rdb.Type(ctx, key).Result(); err != nil || typ != "hash" {
+				t.Errorf("%s: TYPE after = %q, %v; want hash", tt.name, typ, err)
+			}
+			// The bucket is the script's again: the next call is no reset.
+			v, err = b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
+			if err != nil {
+				t.Fatalf("%s: second EVAL = %v", tt.name, err)
+			}
+			if a := v.([]any); a[3] != int64(0) || a[1].(int64) > 2_000_000 {
+				t.Errorf("%s: second reply %v, want no reset and the first call's charge kept", tt.name, a)
+			}
+			// The TTL is the bucket's, not what the other value had.
+			if ttl := pttl(ctx, t, b, key); ttl <= 0 || ttl > 20_000 {
+				t.Errorf("%s: PTTL after = %d ms, want the bucket's, at most 20 s", tt.name, ttl)
+			}
 		}
 	})
+}
+
+// TestSettleClockBack checks that a Redis clock that goes back (a failover
+// to a server whose clock is behind) mints nothing: the bucket does not
+// refill until the clock is past the time it was last written at again, and
+// then only for the time after it, and its timestamp never moves back.
+func TestSettleClockBack(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	const key = "{back}"
+	// 1 token/s, burst 10: each step takes all there is (want 10 tokens).
+	steps := []struct {
+		at      time.Duration // Redis time, from t0
+		granted int64         // micro-tokens
+		ts      time.Duration // stored, from t0
+	}{
+		{0, 10_000_000, 0},              // a full bucket, emptied
+		{-10 * time.Second, 0, 0},       // back 10 s: no refill, ts stays
+		{-time.Hour, 0, 0},              // further back
+		{-500 * time.Millisecond, 0, 0}, // still behind t0
+		{0, 0, 0},                       // caught up: nothing elapsed since t0
+		{1500 * time.Millisecond, 1_500_000, 1500 * time.Millisecond}, // 1.5 s past t0
+		{-time.Minute, 0, 1500 * time.Millisecond},
+		{2 * time.Second, 500_000, 2 * time.Second},
+	}
+	for i, s := range steps {
+		m.SetTime(t0.Add(s.at))
+		v, err := rdb.Eval(ctx, lua.Settle, []string{key}, 1_000_000, 10_000_000, 0, 0, 10_000_000, 0, 1).Result()
+		if err != nil {
+			t.Fatalf("step %d: EVAL: %v", i, err)
+		}
+		a := v.([]any)
+		if a[0] != s.granted || a[1] != int64(0) || a[2] != t0.Add(s.at).UnixMicro() || a[3] != int64(0) {
+			t.Errorf("step %d (Redis time %v from t0): reply %v, want {%d, 0, %d, 0}", i, s.at, a, s.granted, t0.Add(s.at).UnixMicro())
+		}
+		if got, want := m.HGet(key, "ts"), strconv.FormatInt(t0.Add(s.ts).UnixMicro(), 10); got != want {
+			t.Errorf("step %d: stored ts %s, want %s (%v from t0)", i, got, want, s.ts)
+		}
+		// The TTL covers the time until the clock is back at ts, plus the
+		// refill: the key does not expire (and so read as full) meanwhile.
+		behind := max(s.ts-s.at, 0)
+		if ttl, want := m.TTL(key), behind+10*time.Second; ttl < want || ttl > want+time.Millisecond {
+			t.Errorf("step %d: TTL %v, want %v", i, ttl, want)
+		}
+	}
 }
 
 // redisNow returns the Redis time in µs on the node of key.

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,12 @@ type Config struct {
 	// Breaker configures the circuit breaker around the Redis calls. Its
 	// OnStateChange, if set, is called after the reconciler's own.
 	Breaker breaker.Config
+	// Logger receives the reconciler's few log lines: breaker transitions,
+	// failing settlement rounds (the first, then at most one line per
+	// logEvery while they go on, with a count) and their recovery, and
+	// Close. They are written from the reconciler's goroutines, never from
+	// a decision that is answered locally. Nil means no logging.
+	Logger *slog.Logger
 }
 
 // ErrClosed is returned by a closed Reconciler.
@@ -92,10 +99,14 @@ type Reconciler struct {
 	flights  singleflight.Group
 	stats    counters
 
-	mu      sync.Mutex // protects orphans, low and closed
-	orphans map[string]orphan
-	low     []*Entry // leases that ran low, for the next early round
-	closed  bool
+	log      *slog.Logger
+	openedAt atomic.Int64 // clock reading when the breaker left the closed state
+
+	mu             sync.Mutex // protects orphans, orphanConsumed, low and closed
+	orphans        map[string]orphan
+	orphanConsumed int64    // the sum of the orphans' consumed
+	low            []*Entry // leases that ran low, for the next early round
+	closed         bool
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup // the loop and cold fetches
@@ -106,6 +117,7 @@ type Reconciler struct {
 	sets    []global.Settlement
 	owners  []owner // owners[i] is whose sets[i] is
 	replies []global.Reply
+	failing failing // the rounds failing in a row, for the log
 }
 
 // orphan is what a key that left the store still owes Redis, or Redis owes
@@ -155,6 +167,10 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		gap:     cfg.SyncInterval / 4,
 		early:   make(chan struct{}, 1),
 		orphans: make(map[string]orphan),
+		log:     cfg.Logger,
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
 	}
 	keys, err := local.New(local.Config[State]{Capacity: cfg.MaxKeys, OnEvict: r.handOff, TrackTouched: true})
 	if err != nil {
@@ -165,7 +181,8 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	user := bc.OnStateChange
 	bc.OnStateChange = func(from, to breaker.State) {
 		r.degraded.Store(to != breaker.Closed)
-		r.stats.transitions.Add(1)
+		r.stats.countTransition(from, to)
+		r.logTransition(from, to)
 		if user != nil {
 			user(from, to)
 		}

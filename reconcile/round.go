@@ -63,15 +63,19 @@ func (r *Reconciler) loop(ctx context.Context) {
 // heartbeat tells Redis this instance is alive and learns how many are.
 func (r *Reconciler) heartbeat(ctx context.Context) {
 	var live int
+	var now time.Time
+	start := r.clock.Now()
 	err := r.br.Do(ctx, func(ctx context.Context) error {
 		var err error
-		live, _, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		return err
 	})
 	if err != nil {
 		r.stats.heartbeatErrors.Add(1)
 		return
 	}
+	r.stats.clockSample(r.clock.Time(start), r.clock.Time(r.clock.Now()), now)
+	r.stats.heard.Store(int64(live))
 	if r.cfg.Instances == 0 {
 		r.live.Store(int64(max(live, 1)))
 	}
@@ -95,8 +99,10 @@ func (r *Reconciler) round(ctx context.Context) {
 	r.held = r.held[:0]
 
 	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	var allowed uint64
 	for i, e := range r.batch {
 		e.X.clearQueued()
+		allowed += e.Allowance.TakeSpends()
 		sp := e.X.Spec()
 		if sp == nil || e.Retired() { // a retired entry's dues are an orphan now
 			continue
@@ -109,8 +115,14 @@ func (r *Reconciler) round(ctx context.Context) {
 		}
 	}
 	clear(r.batch)
+	r.stats.localAllowed.Add(allowed)
 	r.takeOrphans()
-	r.send(ctx)
+	kept := r.send(ctx)
+	r.trim()
+	r.mu.Lock()
+	kept += r.orphanConsumed // failed orphans, and keys that left meanwhile
+	r.mu.Unlock()
+	r.stats.unsettled.Store(kept)
 }
 
 // topUp is an early round: it settles only the leases that ran low since the
@@ -145,16 +157,17 @@ func (r *Reconciler) topUp(ctx context.Context) {
 const maxBatch = 512
 
 // send settles r.sets and applies the replies: in calls of at most maxBatch
-// keys, each through the breaker.
-func (r *Reconciler) send(ctx context.Context) {
+// keys, each through the breaker. It returns the consumption, in
+// micro-tokens, that it could not charge and put back in the entries.
+func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	if len(r.sets) == 0 {
-		return
+		return 0
 	}
 	if cap(r.replies) < len(r.sets) {
 		r.replies = make([]global.Reply, len(r.sets))
 	}
 	r.stats.rounds.Add(1)
-	failed := false
+	var failed error
 	for lo := 0; lo < len(r.sets); lo += maxBatch {
 		hi := min(lo+maxBatch, len(r.sets))
 		sets, replies := r.sets[lo:hi], r.replies[lo:hi]
@@ -162,24 +175,44 @@ func (r *Reconciler) send(ctx context.Context) {
 		err := r.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, sets, replies) })
 		now := r.clock.Now()
 		r.stats.lastRound.Store(int64(now - start))
-		failed = failed || err != nil
+		if err == nil {
+			r.stats.roundTrip.observe(now - start)
+			r.clockSample(start, now, replies)
+		} else if failed == nil {
+			failed = err
+		}
 		for i := lo; i < hi; i++ {
 			rerr := err
 			if rerr == nil {
 				rerr = r.replies[i].Err
 			}
 			if rerr != nil {
-				r.restore(&r.sets[i], r.owners[i], true, rerr)
+				kept += r.restore(&r.sets[i], r.owners[i], true, rerr)
 			} else if r.apply(&r.sets[i], r.owners[i], &r.replies[i], now) {
 				r.hold(r.owners[i].e)
 			}
 		}
 	}
-	if failed {
+	if failed != nil {
 		r.stats.roundErrors.Add(1)
+		r.roundFailed(len(r.sets), failed)
+	} else {
+		r.roundSucceeded()
 	}
 	clear(r.owners)
 	clear(r.replies[:len(r.sets)])
+	return kept
+}
+
+// clockSample records the clock of Redis as the first of replies that
+// carries it tells it, for a round trip from start to end.
+func (r *Reconciler) clockSample(start, end time.Duration, replies []global.Reply) {
+	for i := range replies {
+		if replies[i].Err == nil && !replies[i].Now.IsZero() {
+			r.stats.clockSample(r.clock.Time(start), r.clock.Time(end), replies[i].Now)
+			return
+		}
+	}
 }
 
 // owner is whose a settlement is: an entry, or nobody for an orphan, and the
@@ -277,13 +310,15 @@ func (r *Reconciler) Cap(sp *Spec) int64 {
 // keeps it as an orphan if there is no entry or it has left the store. With
 // hold the entry is kept for the next round.
 //
+// It returns the consumption it put back in the entry, in micro-tokens.
+//
 // err says how the settlement failed. If it may have been applied all the
 // same (no reply: a timeout, a connection lost after sending), the lease it
 // gave back is not put back: giving it back twice would let the fleet admit
 // more than the bucket; at worst it is lost to the fleet until the bucket
 // refills. Its consumption is put back: charged twice at worst, which only
 // errs towards denying.
-func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error) {
+func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error) (kept int64) {
 	r.stats.keyErrors.Add(1)
 	consumed, returned := s.Consumed, s.Returned
 	if returned > 0 && mayBeApplied(err) {
@@ -292,7 +327,7 @@ func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error
 	}
 	if o.e != nil {
 		if consumed > 0 && o.e.Pending.Add(consumed) {
-			consumed = 0
+			kept, consumed = consumed, 0
 		}
 		if returned > 0 && o.e.Allowance.Add(returned) {
 			returned = 0
@@ -304,6 +339,7 @@ func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error
 	if consumed > 0 || returned > 0 {
 		r.addOrphan(s.Key, o.sp, consumed, returned)
 	}
+	return kept
 }
 
 // apply applies a settlement's reply to its entry and reports whether the
@@ -311,6 +347,9 @@ func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error
 // unsettled consumption.
 func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now time.Duration) bool {
 	r.stats.keysSettled.Add(1)
+	if rep.Reset {
+		r.stats.resets.Add(1)
+	}
 	e, sp := o.e, o.sp
 	if e == nil {
 		return false
@@ -344,7 +383,9 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	}
 	if unused > 0 || pending > 0 {
 		r.addOrphan(e.Key(), sp, pending, unused)
+		r.stats.evictedPending.Add(1)
 	}
+	r.stats.localAllowed.Add(e.Allowance.TakeSpends())
 	r.stats.evicted.Add(1)
 }
 
@@ -359,18 +400,35 @@ func (r *Reconciler) addOrphan(key string, sp *Spec, consumed, returned int64) {
 	o.consumed += consumed
 	o.returned += returned
 	r.orphans[key] = o
+	r.orphanConsumed += consumed
 	r.mu.Unlock()
 }
 
 // takeOrphans moves the orphans into the batch.
 func (r *Reconciler) takeOrphans() {
 	r.mu.Lock()
+	taken := len(r.orphans)
 	for key, o := range r.orphans {
 		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Consumed: o.consumed, Returned: o.returned})
 		r.owners = append(r.owners, owner{sp: o.spec})
 		delete(r.orphans, key)
 	}
+	if taken > 4*maxBatch {
+		// A map keeps its size once grown: let go of one that a burst of
+		// evictions or an outage made large.
+		r.orphans = make(map[string]orphan)
+	}
+	r.orphanConsumed = 0
 	r.mu.Unlock()
+}
+
+// trim lets go of the round's buffers when they are much larger than the
+// round that just used them (one that settled a burst of evictions, or an
+// outage's orphans), so that memory follows the keys, not the largest round.
+func (r *Reconciler) trim() {
+	if cap(r.sets) > 4*max(len(r.sets), maxBatch) {
+		r.sets, r.owners, r.replies = nil, nil, nil
+	}
 }
 
 // fetch settles e alone for a request of cost micro-tokens.
@@ -436,13 +494,23 @@ func (r *Reconciler) Close(ctx context.Context) error {
 	r.sets, r.owners = r.sets[:0], r.owners[:0]
 	r.takeOrphans()
 	var errs []error
+	var lost int64 // consumption not charged
 	if len(r.sets) > 0 {
 		replies := make([]global.Reply, len(r.sets))
-		err := r.st.Settle(ctx, r.sets, replies)
+		var err error
+		// In calls of at most maxBatch keys, as rounds are: one call for
+		// every key left could outlast any timeout.
+		for lo := 0; lo < len(r.sets); lo += maxBatch {
+			hi := min(lo+maxBatch, len(r.sets))
+			if cerr := r.st.Settle(ctx, r.sets[lo:hi], replies[lo:hi]); err == nil {
+				err = cerr
+			}
+		}
 		failed := 0
 		for i := range replies {
 			if replies[i].Err != nil {
 				failed++
+				lost += r.sets[i].Consumed
 				if err == nil {
 					err = replies[i].Err
 				}
@@ -452,10 +520,13 @@ func (r *Reconciler) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("reconcile: close: %d of %d keys not settled: %w", failed, len(r.sets), err))
 		}
 	}
+	r.stats.unsettled.Store(lost)
 	if _, err := r.st.Leave(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval); err != nil {
 		errs = append(errs, fmt.Errorf("reconcile: close: leave the fleet: %w", err))
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	r.logClose(len(r.sets), lost, err)
+	return err
 }
 
 // Take asks Redis for cost micro-tokens of e's key for one request alone,
@@ -506,6 +577,9 @@ func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) 
 		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), err)
 	}
 	r.stats.keysSettled.Add(1)
+	if rep.Reset {
+		r.stats.resets.Add(1)
+	}
 	e.SetView(local.View{Tokens: rep.Tokens, Seen: r.clock.Now()})
 	granted := rep.Granted
 	if !decided.CompareAndSwap(false, true) && granted > 0 { // the caller gave up

@@ -15,9 +15,23 @@ type counters struct {
 	fetchTimeouts          atomic.Uint64
 	heartbeatErrors        atomic.Uint64
 	transitions, evicted   atomic.Uint64
+	evictedPending         atomic.Uint64
 	uncertain              atomic.Uint64
+	resets                 atomic.Uint64
+	localAllowed           atomic.Uint64
 	lastRound              atomic.Int64 // ns
+	byTransition           [nStates][nStates]atomic.Uint64
+	heard                  atomic.Int64 // live instances the last heartbeat counted
+	unsettled              atomic.Int64 // micro-tokens the last regular round could not charge
+	roundTrip              histogram
+
+	// The last Redis clock reading: written by the loop goroutine alone.
+	clockSamples atomic.Uint64
+	rtt, skew    atomic.Int64 // ns
 }
+
+// nStates is the number of breaker states: Closed, HalfOpen and Open.
+const nStates = 3
 
 // Stats is a snapshot of a Reconciler's work.
 type Stats struct {
@@ -31,12 +45,45 @@ type Stats struct {
 	HeartbeatErrors uint64        // heartbeats that failed
 	Transitions     uint64        // breaker state changes
 	Evicted         uint64        // entries that left the store
+	EvictedPending  uint64        // entries that left the store with consumption to charge or a lease to give back: they became orphans
 	Uncertain       uint64        // failed settlements that may have been applied: their give-back was not put back
+	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
 	LastRound       time.Duration // the last round trip's duration
 	Breaker         breaker.State // the breaker's state now
 	Instances       int64         // the fleet size used for fallback shares
 	Keys            int           // keys tracked
 	Orphans         int           // keys that left the store with dues still to settle
+
+	// LocalAllowed counts the decisions allowed from keys' allowances:
+	// their spends (local.Allowance.SpendLeft), counted in each key's
+	// allowance and added up when the reconciler next visits the key, at
+	// its next round or when it leaves the store. So it lags by up to one
+	// SyncInterval.
+	LocalAllowed uint64
+	// BreakerTransitions counts the breaker's state changes by
+	// [from][to] state; their sum is Transitions.
+	BreakerTransitions [nStates][nStates]uint64
+	// Live is the number of live instances the last heartbeat counted
+	// through Redis, whether or not Config.Instances overrides it for the
+	// fallback shares; 0 before the first heartbeat answered.
+	Live int64
+	// Unsettled is the consumption, in micro-tokens, spent here that the
+	// last round could not charge to Redis and keeps for a later one: an
+	// outage's consumption accumulates here, and is charged when Redis is
+	// back. (Early top-up rounds do not change it.) After Close it is what
+	// Close could not charge: that is lost.
+	Unsettled int64
+	// RoundTrip is the distribution of the durations of the settlement
+	// calls of the rounds that Redis answered.
+	RoundTrip Histogram
+	// RTT and Skew are measured on the last round trip that carried Redis
+	// TIME (a settlement call of a round, or a heartbeat): RTT is its
+	// duration, Skew is Redis TIME minus this host's time at the middle of
+	// the round trip, positive when Redis's clock is ahead (to within
+	// RTT/2). ClockSamples counts the round trips they were measured on; 0
+	// means they are not known yet.
+	RTT, Skew    time.Duration
+	ClockSamples uint64
 }
 
 // Stats returns a snapshot of r's statistics.
@@ -44,7 +91,7 @@ func (r *Reconciler) Stats() Stats {
 	r.mu.Lock()
 	orphans := len(r.orphans)
 	r.mu.Unlock()
-	return Stats{
+	s := Stats{
 		Rounds:          r.stats.rounds.Load(),
 		RoundErrors:     r.stats.roundErrors.Load(),
 		KeysSettled:     r.stats.keysSettled.Load(),
@@ -55,11 +102,117 @@ func (r *Reconciler) Stats() Stats {
 		HeartbeatErrors: r.stats.heartbeatErrors.Load(),
 		Transitions:     r.stats.transitions.Load(),
 		Evicted:         r.stats.evicted.Load(),
+		EvictedPending:  r.stats.evictedPending.Load(),
 		Uncertain:       r.stats.uncertain.Load(),
+		Resets:          r.stats.resets.Load(),
 		LastRound:       time.Duration(r.stats.lastRound.Load()),
 		Breaker:         r.br.State(),
 		Instances:       r.live.Load(),
 		Keys:            r.keys.Len(),
 		Orphans:         orphans,
+		LocalAllowed:    r.stats.localAllowed.Load(),
+		Live:            r.stats.heard.Load(),
+		Unsettled:       r.stats.unsettled.Load(),
+		RoundTrip:       r.stats.roundTrip.snapshot(),
+		RTT:             time.Duration(r.stats.rtt.Load()),
+		Skew:            time.Duration(r.stats.skew.Load()),
+		ClockSamples:    r.stats.clockSamples.Load(),
 	}
+	for from := range nStates {
+		for to := range nStates {
+			s.BreakerTransitions[from][to] = r.stats.byTransition[from][to].Load()
+		}
+	}
+	return s
+}
+
+// countTransition counts a breaker state change.
+func (c *counters) countTransition(from, to breaker.State) {
+	c.transitions.Add(1)
+	if from >= 0 && from < nStates && to >= 0 && to < nStates {
+		c.byTransition[from][to].Add(1)
+	}
+}
+
+// clockSample records a round trip to Redis that began at start and ended at
+// end (local wall clock readings with their monotonic parts) and carried
+// Redis TIME now.
+func (c *counters) clockSample(start, end, now time.Time) {
+	if now.IsZero() {
+		return
+	}
+	rtt := end.Sub(start)
+	mid := start.Add(rtt / 2).Round(0) // wall clock: Redis TIME has no monotonic part
+	c.rtt.Store(int64(rtt))
+	c.skew.Store(int64(now.Sub(mid)))
+	c.clockSamples.Add(1)
+}
+
+// bounds are the upper bounds of the buckets of a Histogram.
+var bounds = [...]time.Duration{
+	250 * time.Microsecond,
+	500 * time.Microsecond,
+	time.Millisecond,
+	2500 * time.Microsecond,
+	5 * time.Millisecond,
+	10 * time.Millisecond,
+	25 * time.Millisecond,
+	50 * time.Millisecond,
+	100 * time.Millisecond,
+	250 * time.Millisecond,
+	500 * time.Millisecond,
+	time.Second,
+}
+
+// Histogram is a distribution of durations in buckets whose upper bounds
+// are those of Bounds.
+type Histogram struct {
+	// Counts[i] is the number of durations at most Bounds()[i] and above
+	// the bound before it; the last one counts those above every bound.
+	Counts [len(bounds) + 1]uint64
+	// Count is the number of durations, Sum their total and Max the
+	// longest.
+	Count    uint64
+	Sum, Max time.Duration
+}
+
+// Bounds returns the upper bounds of h's buckets, ascending: 250µs to 1s.
+func (h *Histogram) Bounds() []time.Duration { return append([]time.Duration(nil), bounds[:]...) }
+
+// histogram is a Histogram updated atomically. Observations come from one
+// goroutine; snapshots may be taken from any.
+type histogram struct {
+	counts [len(bounds) + 1]atomic.Uint64
+	count  atomic.Uint64
+	sum    atomic.Int64 // ns
+	max    atomic.Int64 // ns
+}
+
+// observe adds d to h.
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(bounds) && d > bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+	for {
+		m := h.max.Load()
+		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
+			break
+		}
+	}
+	h.count.Add(1) // last: a snapshot never counts more than its buckets hold
+}
+
+// snapshot returns h's figures. Observations made while it runs may be
+// partly included.
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Count: h.count.Load()}
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Sum = time.Duration(h.sum.Load())
+	s.Max = time.Duration(h.max.Load())
+	return s
 }

@@ -70,6 +70,8 @@ type Options struct {
 	Port int      // 0 means a free loopback port
 	Dir  string   // "" means a fresh temporary directory, removed by Stop
 	Args []string // extra redis-server arguments, e.g. "--maxmemory", "10mb"
+
+	auth []string // AUTH arguments the readiness probe sends first (StartAuth)
 }
 
 // Proc is a redis-server process listening on 127.0.0.1, or a server given by
@@ -82,7 +84,8 @@ type Proc struct {
 	bin   string   // redis-server binary
 	args  []string // redis-server arguments
 	dir   string
-	rmDir bool // Stop removes dir
+	rmDir bool     // Stop removes dir
+	auth  []string // AUTH arguments sent before each readiness probe, nil for none
 
 	pid atomic.Int64 // last process started, alive or not
 
@@ -136,6 +139,7 @@ func start(opts Options, pick func() (int, error)) (*Proc, error) {
 			bin:   bin,
 			dir:   dir,
 			rmDir: rmDir,
+			auth:  opts.auth,
 		}
 		p.args = append([]string{
 			"--port", strconv.Itoa(port),
@@ -292,7 +296,7 @@ func (p *Proc) launch() error {
 	p.cmd, p.exited = cmd, exited
 	p.pid.Store(int64(cmd.Process.Pid))
 
-	if err := waitReady(p.addr, cmd.Process.Pid, exited); err != nil {
+	if err := waitReady(p.addr, p.auth, cmd.Process.Pid, exited); err != nil {
 		p.killLocked()
 		tail := logTail(logPath, from)
 		if strings.Contains(tail, "Address already in use") {
@@ -305,12 +309,13 @@ func (p *Proc) launch() error {
 
 // waitReady polls addr until the server with the given pid answers INFO, the
 // process exits, or readyTimeout passes. Checking the pid makes sure the
-// answer does not come from another server that took the port.
-func waitReady(addr string, pid int, exited <-chan struct{}) error {
+// answer does not come from another server that took the port. auth, if not
+// nil, is sent as an AUTH command before each probe.
+func waitReady(addr string, auth []string, pid int, exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
 	for {
-		info, err := command(addr, probeTimeout, "INFO", "server")
+		info, err := authCommand(addr, probeTimeout, auth, "INFO", "server")
 		if err == nil {
 			if strings.Contains(info, want) {
 				return nil
@@ -377,6 +382,12 @@ func portFree(port int) bool {
 // returns its reply, which must be a simple string, an integer or a bulk
 // string. An error reply is returned as an error.
 func command(addr string, timeout time.Duration, args ...string) (string, error) {
+	return authCommand(addr, timeout, nil, args...)
+}
+
+// authCommand is command on a connection that first sends AUTH with the
+// arguments auth (a password, or a user and a password), unless auth is nil.
+func authCommand(addr string, timeout time.Duration, auth []string, args ...string) (string, error) {
 	if err := CheckLoopback(addr); err != nil {
 		return "", err
 	}
@@ -389,21 +400,40 @@ func command(addr string, timeout time.Duration, args ...string) (string, error)
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	if auth != nil {
+		writeCommand(&b, append([]string{"AUTH"}, auth...))
 	}
+	writeCommand(&b, args)
 	if _, err := io.WriteString(conn, b.String()); err != nil {
 		return "", err
 	}
 	r := bufio.NewReader(conn)
+	if auth != nil {
+		if _, err := readReply(r, "AUTH"); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readReply(r, args[0])
+}
+
+// writeCommand appends args to b as a RESP array of bulk strings.
+func writeCommand(b *strings.Builder, args []string) {
+	fmt.Fprintf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+}
+
+// readReply reads the reply to the command name from r: a simple string, an
+// integer or a bulk string. An error reply is returned as an error.
+func readReply(r *bufio.Reader, name string) (string, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
 	line = strings.TrimSuffix(line, "\r\n")
 	if line == "" {
-		return "", fmt.Errorf("empty reply to %s", args[0])
+		return "", fmt.Errorf("empty reply to %s", name)
 	}
 	switch line[0] {
 	case '+', ':':
@@ -413,7 +443,7 @@ func command(addr string, timeout time.Duration, args ...string) (string, error)
 	case '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil || n < 0 {
-			return "", fmt.Errorf("bad bulk reply %q to %s", line, args[0])
+			return "", fmt.Errorf("bad bulk reply %q to %s", line, name)
 		}
 		buf := make([]byte, n+2)
 		if _, err := io.ReadFull(r, buf); err != nil {
@@ -421,5 +451,5 @@ func command(addr string, timeout time.Duration, args ...string) (string, error)
 		}
 		return string(buf[:n]), nil
 	}
-	return "", fmt.Errorf("unexpected reply %q to %s", line, args[0])
+	return "", fmt.Errorf("unexpected reply %q to %s", line, name)
 }

@@ -1,0 +1,921 @@
+package hybrid_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/internal/redistest"
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/lua"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// The fault matrix: a Limiter fleet against a real redis-server (started by
+// internal/redistest on a loopback port) while Redis forgets its data and
+// scripts, a bucket key is overwritten with another type, the limiter's
+// connections are killed, and the network between them (an in-test proxy)
+// turns slow, drops connections and black-holes them; and, on miniredis in
+// a synctest bubble, while Redis's clock is far from the instances' or
+// jumps. Each fault checks the same contract:
+//
+//   - every decision answers, without error, within ColdWait plus a call
+//     timeout (and scheduling slack);
+//   - what was admitted is charged to Redis once it is back: the bucket of a
+//     key with a burst too large to run out ends at most at B minus what the
+//     fleet admitted (it may end lower: a settlement whose reply was lost is
+//     charged again, which errs towards denying);
+//   - service is normal again (breaker closed, a settlement round that
+//     succeeded, decisions from the allowance or Redis) within one round of
+//     the fault's end, plus, if the breaker had opened, its open timeout
+//     (the tests allow two: a probe lost to a stall of a loaded machine
+//     costs one more; they log what they measured);
+//   - Close leaves no goroutine behind.
+//
+// Load is paced with tickers (load generation, not synchronisation). The
+// waits are on breaker transitions (OnStateChange) or bounded polls on a
+// condition that nothing signals (a round done, a key's type in Redis, the
+// goroutine count). A stall of the whole process (the load's stall watch,
+// see faultLoad) excuses what it may have caused, with a log line saying so.
+
+// Bounds of the fault tests.
+const (
+	faultSync      = reconcile.DefaultSyncInterval
+	faultCall      = breaker.DefaultCallTimeout
+	faultColdWait  = faultCall // Config.ColdWait 0 means the call timeout
+	faultOpen      = breaker.DefaultOpenTimeout
+	faultMargin    = 250 * time.Millisecond // scheduling on 2 loaded cores with -race
+	faultBound     = faultColdWait + faultCall + faultMargin
+	faultStateWait = 5 * time.Second // bound on waiting for a breaker transition
+	faultLeakWait  = 3 * time.Second
+	faultPeriod    = 4 * time.Millisecond // each load worker's pace
+)
+
+// faultKey is a kind of request of the fault load.
+type faultKey struct {
+	name  string
+	lim   hybrid.Limit
+	every int  // asked at every that many ticks of a worker (0: every tick)
+	cold  bool // a new key each time (name:instance:worker:n): always a fetch
+}
+
+// faultDecision is one decision of the fault load.
+type faultDecision struct {
+	key, inst int
+	start     time.Time
+	lat       time.Duration
+	allowed   bool
+	src       hybrid.Source
+}
+
+// faultLoad makes workers goroutines per instance ask for its keys, each on
+// a ticker, until stop, and keeps every decision. It also watches for
+// stalls of the whole process: on a loaded machine (2 shared cores, -race)
+// it can stop for longer than a call timeout, and a call then fails, or a
+// decision takes long, for reasons that are not Redis's. The checks allow
+// for the stalls they see, and say so.
+type faultLoad struct {
+	keys []faultKey
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex // protects the fields below
+	all      []faultDecision
+	errs     int
+	firstErr error
+	gaps     []gap
+}
+
+// gap is a stall of the process: a ticker read d after the one before, at
+// end.
+type gap struct {
+	end time.Time
+	d   time.Duration
+}
+
+// Stall watching: a ticker of stallTick, and a gap between two reads
+// longer than stallMin is a stall.
+const (
+	stallTick = 2 * time.Millisecond
+	stallMin  = 20 * time.Millisecond
+)
+
+// startFaultLoad starts the load on every instance of f, and the stall
+// watch.
+func startFaultLoad(f itFleet, workers int, keys []faultKey) *faultLoad {
+	l := &faultLoad{keys: keys, stop: make(chan struct{})}
+	for i, in := range f {
+		for w := range workers {
+			l.wg.Go(func() { l.work(in.lim, i, w) })
+		}
+	}
+	l.wg.Go(l.watch)
+	return l
+}
+
+// watch records the stalls of the process until stop.
+func (l *faultLoad) watch() {
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+			now := time.Now()
+			if d := now.Sub(last); d > stallMin {
+				l.mu.Lock()
+				l.gaps = append(l.gaps, gap{end: now, d: d})
+				l.mu.Unlock()
+			}
+			last = now
+		}
+	}
+}
+
+// stall returns the longest stall of the process that overlaps [from, to].
+func (l *faultLoad) stall(from, to time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var worst time.Duration
+	for _, g := range l.gaps {
+		if !g.end.Before(from) && g.end.Add(-g.d).Before(to) {
+			worst = max(worst, g.d)
+		}
+	}
+	return worst
+}
+
+// work is one worker of instance inst.
+func (l *faultLoad) work(lim *hybrid.Limiter, inst, w int) {
+	var mine []faultDecision
+	var errs int
+	var first error
+	defer func() {
+		l.mu.Lock()
+		l.all = append(l.all, mine...)
+		l.errs += errs
+		if l.firstErr == nil {
+			l.firstErr = first
+		}
+		l.mu.Unlock()
+	}()
+	tick := time.NewTicker(faultPeriod)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		for k, fk := range l.keys {
+			if fk.every > 1 && n%fk.every != 0 {
+				continue
+			}
+			key := fk.name
+			if fk.cold {
+				key = fk.name + ":" + strconv.Itoa(inst) + ":" + strconv.Itoa(w) + ":" + strconv.Itoa(n)
+			}
+			t0 := time.Now()
+			res, err := lim.Allow(context.Background(), key, fk.lim)
+			lat := time.Since(t0)
+			if err != nil {
+				errs++
+				if first == nil {
+					first = fmt.Errorf("Allow(%s): %w", key, err)
+				}
+				continue
+			}
+			mine = append(mine, faultDecision{key: k, inst: inst, start: t0, lat: lat, allowed: res.Allowed, src: res.Source})
+		}
+	}
+}
+
+// end stops the load and waits for its workers. It fails t if a decision
+// failed.
+func (l *faultLoad) end(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if l.errs > 0 {
+		t.Errorf("%d decisions failed; the first: %v", l.errs, l.firstErr)
+	}
+}
+
+// admitted returns the decisions allowed for key k, by every instance.
+func (l *faultLoad) admitted(k int) int64 {
+	var n int64
+	for _, d := range l.all {
+		if d.key == k && d.allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// span is a stretch of a fault test, from one event to another.
+type span struct {
+	name     string
+	from, to time.Time
+}
+
+// check reports the decisions made in s and fails t if one took longer than
+// faultBound, plus the longest stall of the process in s. It returns how
+// many the fallback made.
+func (l *faultLoad) check(t *testing.T, s span) (fallback int) {
+	t.Helper()
+	stall := l.stall(s.from, s.to)
+	var lats []time.Duration
+	byKey := map[string]int{}
+	for _, d := range l.all {
+		if d.start.Before(s.from) || !d.start.Before(s.to) {
+			continue
+		}
+		lats = append(lats, d.lat)
+		if d.src == hybrid.SourceFallback {
+			fallback++
+			byKey[l.keys[d.key].name]++
+		}
+	}
+	slices.Sort(lats)
+	t.Logf("%s (%v): %d decisions, latency p50 %v, p99 %v, max %v; %d by the fallback %v; the process stalled for %v at most",
+		s.name, s.to.Sub(s.from).Round(time.Millisecond), len(lats), pct(lats, 0.5), pct(lats, 0.99), pct(lats, 1), fallback, byKey, stall.Round(time.Millisecond))
+	if len(lats) == 0 {
+		t.Errorf("%s: no decision", s.name)
+	} else if m := pct(lats, 1); m > faultBound+stall {
+		t.Errorf("%s: the slowest decision took %v, more than ColdWait %v + call timeout %v + %v + the longest stall %v", s.name, m, faultColdWait, faultCall, faultMargin, stall)
+	}
+	return fallback
+}
+
+// faultFleet starts n instances, with clients to addr as the README's Quick
+// start configures them (newITClient), and the default Config.
+func faultFleet(t *testing.T, addr string, n int, prefix string) itFleet {
+	t.Helper()
+	f := make(itFleet, n)
+	for i := range f {
+		f[i] = newITInstance(t, addr, hybrid.Config{}, breaker.Config{}, prefix+"-"+strconv.Itoa(i))
+	}
+	return f
+}
+
+// awaitOpen waits for every instance's breaker to open after its
+// transitions marks, and returns how long after since the last one did.
+func awaitOpen(t *testing.T, f itFleet, marks []int, since time.Time, what string) time.Duration {
+	t.Helper()
+	var last time.Duration
+	for i, in := range f {
+		tr, ok := in.states.wait(breaker.Open, marks[i], faultStateWait)
+		if !ok {
+			t.Errorf("%s: instance %d: breaker not open %v in; transitions %v", what, i, faultStateWait, in.states.since(marks[i]))
+			continue
+		}
+		last = max(last, tr.at.Sub(since))
+	}
+	return last
+}
+
+// awaitNormal waits until every instance of f has its breaker closed, is
+// not degraded, and has completed a settlement round that succeeded since,
+// and returns how long after since the last one got there. The bound is one
+// round, plus two open timeouts if a breaker opened after its transitions
+// marks (the breaker probes one open timeout after it last opened, and a
+// probe lost to a scheduling stall on a loaded machine costs one more), and
+// one more with the stall itself if the process stalled meanwhile (see
+// stalled); it fails t past the bound, and keeps waiting up to
+// faultStateWait, to measure.
+func awaitNormal(t *testing.T, f itFleet, load *faultLoad, marks []int, since time.Time, what string) time.Duration {
+	t.Helper()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := since.Add(faultStateWait)
+	var took time.Duration
+	for i, in := range f {
+		var rounds, roundErrors uint64
+		based := false
+		for {
+			st := in.lim.Stats()
+			if st.Reconcile.Breaker != breaker.Closed || st.Degraded {
+				based = false
+			} else if !based {
+				rounds, roundErrors, based = st.Reconcile.Rounds, st.Reconcile.RoundErrors, true
+			} else if st.Reconcile.Rounds-rounds > st.Reconcile.RoundErrors-roundErrors {
+				took = max(took, time.Since(since))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: instance %d not back to normal %v after; stats %+v; transitions %v", what, i, faultStateWait, st, in.states.since(marks[i]))
+				return faultStateWait
+			}
+			<-tick.C
+		}
+	}
+	bound := faultSync + faultMargin
+	for i, in := range f {
+		if _, ok := in.states.wait(breaker.Open, marks[i], 0); ok {
+			bound = 2*faultOpen + faultSync + faultMargin
+			break
+		}
+	}
+	if stall, ok := load.stalled(span{what, since, since.Add(took)}); ok {
+		// A call may have failed for the stall alone: one more open
+		// timeout, and the stall itself.
+		bound += faultOpen + stall
+	}
+	if took > bound {
+		t.Errorf("%s: normal again %v after, want within %v", what, took.Round(time.Millisecond), bound)
+	}
+	return took
+}
+
+// stalled returns the longest stall of the process in s or in the call
+// timeout before it, and whether it may have made a call time out on its
+// own: a stall the watch sees (stallMin) tells that the process was short
+// of CPU, and its other goroutines may have waited longer.
+func (l *faultLoad) stalled(s span) (time.Duration, bool) {
+	stall := l.stall(s.from.Add(-faultCall), s.to)
+	return stall, stall > stallMin
+}
+
+// wantNoFallback fails t if a decision of s, a stretch with Redis up, came
+// from the fallback without first waiting ColdWait for a fetch: with Redis
+// up, only a fetch slower than ColdWait (a loaded machine, or the next
+// fault beginning) may send a request to the fallback. It lets a stalled
+// stretch pass, and says so.
+func (l *faultLoad) wantNoFallback(t *testing.T, s span) {
+	t.Helper()
+	var fast, slow int
+	for _, d := range l.all {
+		if d.start.Before(s.from) || !d.start.Before(s.to) || d.src != hybrid.SourceFallback {
+			continue
+		}
+		if d.lat < faultColdWait {
+			fast++
+		} else {
+			slow++
+		}
+	}
+	if fast == 0 {
+		return
+	}
+	if stall, ok := l.stalled(s); ok {
+		t.Logf("%s: %d decisions by the fallback without waiting for a fetch (%d after it); not checked: the process stalled for %v", s.name, fast, slow, stall)
+		return
+	}
+	t.Errorf("%s: %d decisions by the fallback without waiting for a fetch (%d after it), want none with Redis up", s.name, fast, slow)
+}
+
+// wantSteady fails t if a breaker of f changed state in s, a stretch with
+// Redis up, unless the process stalled in it (see stalled).
+func (l *faultLoad) wantSteady(t *testing.T, f itFleet, s span) {
+	t.Helper()
+	stall, stalled := l.stalled(s)
+	for i, in := range f {
+		for _, tr := range in.states.since(0) {
+			if tr.at.Before(s.from) || !tr.at.Before(s.to) {
+				continue
+			}
+			if stalled {
+				t.Logf("%s: instance %d: breaker %v; not checked: the process stalled for %v", s.name, i, tr, stall)
+			} else {
+				t.Errorf("%s: instance %d: breaker %v, want it closed throughout", s.name, i, tr)
+			}
+		}
+	}
+}
+
+// closeFleet closes every instance (twice, then checks ErrClosed) and
+// fails t unless the goroutine count comes back to baseline.
+func closeFleet(t *testing.T, f itFleet, baseline int) {
+	t.Helper()
+	for i, in := range f {
+		in.close(t, i)
+	}
+	if n := waitGoroutines(baseline, faultLeakWait); n > baseline {
+		var buf bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Errorf("%d goroutines %v after Close, %d before the limiters were made:\n%s", n, faultLeakWait, baseline, buf.Bytes())
+	}
+}
+
+// conserveKeys are two keys whose burst the load cannot spend in a test, so
+// that every request is admitted, by Redis or by the fallback, and at a rate
+// so low that their buckets refill by less than a token: after Close each
+// bucket must hold B minus what the fleet admitted, or less.
+var conserveKeys = []faultKey{
+	{name: "conserve-lease", lim: hybrid.Limit{Rate: 1e-3, Burst: 1e6, Mode: hybrid.Lease}},
+	{name: "conserve-optimistic", lim: hybrid.Limit{Rate: 1e-3, Burst: 1e6, Mode: hybrid.Optimistic}},
+}
+
+// checkConserved checks the Redis buckets of the conserve keys, the first
+// len(conserveKeys) of load's keys, after the fleet closed: nothing admitted
+// may be missing from them.
+func checkConserved(t *testing.T, admin *redis.Client, load *faultLoad, f itFleet) {
+	t.Helper()
+	var uncertain uint64
+	for _, in := range f {
+		uncertain += in.lim.Stats().Reconcile.Uncertain
+	}
+	for k, fk := range conserveKeys {
+		admitted := load.admitted(k)
+		var asked int64
+		for _, d := range load.all {
+			if d.key == k {
+				asked++
+			}
+		}
+		if admitted != asked {
+			t.Errorf("%s: %d of %d admitted, want all: the test relies on it", fk.name, admitted, asked)
+		}
+		got, err := admin.HGet(t.Context(), "hybrid:{"+fk.name+"}", "t").Int64()
+		if err != nil {
+			t.Errorf("%s: HGET t: %v", fk.name, err)
+			continue
+		}
+		want := (fk.lim.Burst - admitted) * local.Micro
+		// The refill over a minute at most, at 1e-3 tokens/s.
+		slack := int64(fk.lim.Rate * local.Micro * 60)
+		t.Logf("%s: admitted %d; Redis bucket %.3f tokens, B - admitted = %d: %.3f tokens charged beyond what was admitted (%d settlements of the fleet had an unknown outcome)",
+			fk.name, admitted, float64(got)/local.Micro, fk.lim.Burst-admitted, float64(want-got)/local.Micro, uncertain)
+		if got > want+slack {
+			t.Errorf("%s: Redis bucket holds %d micro-tokens, more than B - admitted = %d (+%d of refill): %.3f admitted tokens were never charged",
+				fk.name, got, want, slack, float64(got-want-slack)/local.Micro)
+		}
+	}
+}
+
+// faultServer starts a redis-server for a fault test (one this process
+// owns: the test flushes or kills its clients) and returns it with an admin
+// client connected straight to it.
+func faultServer(t *testing.T) (*redistest.Proc, *redis.Client) {
+	t.Helper()
+	srv := redistest.Server(t)
+	if !srv.Owned() {
+		t.Skip("REDIS_ADDR names a shared server this test would disturb")
+	}
+	admin := redistest.Client(t, srv)
+	if err := admin.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	return srv, admin
+}
+
+// TestFaultFlush: Redis forgets its data (FLUSHALL) and its scripts (SCRIPT
+// FLUSH) in the middle of a run at 4x the limit, in every mode. No decision
+// fails or falls back, no error is counted (NOSCRIPT is answered by sending
+// the script again), the breaker does not move; the buckets start full again
+// and each key admits about B + R*T after the flush.
+func TestFaultFlush(t *testing.T) {
+	const rate, burst = 100, 50
+	keys := []faultKey{
+		{name: "flush-lease", lim: hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Lease}, every: 4},
+		{name: "flush-optimistic", lim: hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Optimistic}, every: 4},
+		{name: "flush-exact", lim: hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Exact}, every: 4},
+	}
+	// 2 instances x 2 workers, each asking for each key every 16ms: 250/s
+	// per key, 2.5x the rate.
+	srv, admin := faultServer(t)
+	ctx := t.Context()
+	baseline := runtime.NumGoroutine()
+	f := faultFleet(t, srv.Addr(), 2, "flush")
+	load := startFaultLoad(f, 2, keys)
+
+	start := time.Now()
+	<-time.After(time.Second)
+	flushAt := time.Now()
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	t1 := redisTime(t, admin)
+	// Each key's bucket is back within a round (Exact: at its next
+	// decision). Bounded poll: nothing signals a round.
+	var back time.Duration
+	tick := time.NewTicker(2 * time.Millisecond)
+	for _, fk := range keys {
+		for admin.Exists(ctx, "hybrid:{"+fk.name+"}").Val() == 0 {
+			if time.Since(flushAt) > faultSync+faultMargin {
+				t.Errorf("%s: no bucket in Redis %v after FLUSHALL", fk.name, time.Since(flushAt))
+				break
+			}
+			<-tick.C
+		}
+		back = max(back, time.Since(flushAt))
+	}
+	tick.Stop()
+	<-time.After(1500 * time.Millisecond)
+	end := time.Now()
+	t2 := redisTime(t, admin)
+	load.end(t)
+
+	load.check(t, span{"before the flush", start, flushAt})
+	after := span{"after the flush", flushAt, end}
+	load.check(t, after)
+	load.wantNoFallback(t, after)
+	t.Logf("every bucket was back in Redis %v after FLUSHALL", back.Round(time.Millisecond))
+	window := t2.Sub(t1)
+	ideal := burst + rate*window.Seconds()
+	for k, fk := range keys {
+		var got int64
+		for _, d := range load.all {
+			if d.key == k && d.allowed && !d.start.Before(flushAt) && d.start.Before(end) {
+				got++
+			}
+		}
+		// Allowance held when Redis forgot (at most a burst) is spent once
+		// more; an optimistic fleet may overshoot by its bound.
+		hi := ideal + burst + float64(f[0].lim.Overshoot(fk.lim))
+		if fk.lim.Mode == hybrid.Exact {
+			hi = ideal + 1 // a decision in flight across the flush
+		}
+		t.Logf("%s: admitted %d in the %v after the flush; B + R*T = %.1f", fk.name, got, window.Round(time.Millisecond), ideal)
+		if float64(got) < 0.8*ideal || float64(got) > hi {
+			t.Errorf("%s: admitted %d after the flush, want between %.1f (the bucket starts full again) and %.1f", fk.name, got, 0.8*ideal, hi)
+		}
+	}
+	if ok, err := admin.ScriptExists(ctx, redis.NewScript(lua.Settle).Hash()).Result(); err != nil || !ok[0] {
+		t.Errorf("SCRIPT EXISTS settle = %v, %v; want it loaded again", ok, err)
+	}
+	stall, stalled := load.stalled(span{"the run", start, end})
+	for i, in := range f {
+		st := in.lim.Stats()
+		n := st.Reconcile.KeyErrors + st.Reconcile.FetchErrors + st.Reconcile.RoundErrors + st.Reconcile.HeartbeatErrors + st.ExactErrors
+		switch {
+		case n == 0 && st.Reconcile.Transitions == 0:
+		case stalled:
+			t.Logf("instance %d: %d errors, %d breaker transitions; not checked: the process stalled for %v", i, n, st.Reconcile.Transitions, stall)
+		default:
+			t.Errorf("instance %d: %d errors, %d breaker transitions, want none: %+v", i, n, st.Reconcile.Transitions, st)
+		}
+	}
+	closeFleet(t, f, baseline)
+}
+
+// TestFaultWrongType: a bucket key in use is overwritten with a string (a
+// SET on the hash), three times, in every mode, on a real Redis. The
+// script replaces it with a full bucket at the key's next settlement (an
+// Exact key's next decision): no decision fails or falls back, no error is
+// counted, the breaker does not move, and Stats().Reconcile.Resets counts
+// the replacements.
+func TestFaultWrongType(t *testing.T) {
+	keys := []faultKey{
+		{name: "wt-lease", lim: hybrid.Limit{Rate: 100, Burst: 50, Mode: hybrid.Lease}, every: 4},
+		{name: "wt-optimistic", lim: hybrid.Limit{Rate: 100, Burst: 50, Mode: hybrid.Optimistic}, every: 4},
+		{name: "wt-exact", lim: hybrid.Limit{Rate: 100, Burst: 50, Mode: hybrid.Exact}, every: 4},
+		{name: "wt-other", lim: hybrid.Limit{Rate: 1e6, Burst: 1e6}, every: 4},
+	}
+	const overwrites = 3
+	srv, admin := faultServer(t)
+	ctx := t.Context()
+	baseline := runtime.NumGoroutine()
+	f := faultFleet(t, srv.Addr(), 1, "wrongtype")
+	load := startFaultLoad(f, 2, keys)
+
+	start := time.Now()
+	<-time.After(500 * time.Millisecond)
+	faultAt := time.Now()
+	tick := time.NewTicker(2 * time.Millisecond)
+	for round := range overwrites {
+		for _, fk := range keys[:3] {
+			rk := "hybrid:{" + fk.name + "}"
+			set := time.Now()
+			if err := admin.Set(ctx, rk, "not a bucket", 0).Err(); err != nil {
+				t.Fatalf("SET %s: %v", rk, err)
+			}
+			// A key in use is settled every round, or sooner; a lease
+			// key when its lease runs low, which at 2x its rate is
+			// well within a second.
+			within := faultSync + faultMargin
+			if fk.lim.Mode == hybrid.Lease {
+				within = time.Second
+			}
+			for admin.Type(ctx, rk).Val() != "hash" {
+				if time.Since(set) > within {
+					t.Fatalf("overwrite %d: %s is still a %s %v after the SET, want a bucket again", round+1, rk, admin.Type(ctx, rk).Val(), within)
+				}
+				<-tick.C
+			}
+			t.Logf("overwrite %d: %s replaced by a bucket %v after the SET", round+1, fk.name, time.Since(set).Round(time.Millisecond))
+		}
+	}
+	tick.Stop()
+	faultEnd := time.Now()
+	<-time.After(300 * time.Millisecond)
+	load.end(t)
+	end := time.Now()
+
+	load.check(t, span{"before", start, faultAt})
+	over := span{"overwrites", faultAt, end}
+	load.check(t, over)
+	load.wantNoFallback(t, over)
+	t.Logf("the overwrites took %v", faultEnd.Sub(faultAt).Round(time.Millisecond))
+	st := f[0].lim.Stats()
+	t.Logf("stats: %+v", st)
+	// The lease and optimistic keys are settled by the reconciler, which
+	// counts each replacement once; the exact key is not.
+	n := st.Reconcile.KeyErrors + st.Reconcile.FetchErrors + st.ExactErrors
+	if n > 0 || st.Reconcile.Transitions > 0 || st.Degraded || st.Reconcile.Resets != 2*overwrites {
+		// A settlement that timed out may have replaced the key all the
+		// same: its reset is then not counted.
+		msg := fmt.Sprintf("%d errors, %d breaker transitions, Degraded %v, Stats().Reconcile.Resets = %d; want no error, no transition and %d resets: the key is replaced, not failed",
+			n, st.Reconcile.Transitions, st.Degraded, st.Reconcile.Resets, 2*overwrites)
+		if stall, stalled := load.stalled(span{"the run", start, end}); stalled {
+			t.Logf("%s; not checked: the process stalled for %v", msg, stall)
+		} else {
+			t.Error(msg)
+		}
+	}
+	for k := range keys {
+		var n int64
+		for _, d := range load.all {
+			if d.key == k && d.allowed && !d.start.Before(faultEnd) {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: nothing admitted after the overwrites", keys[k].name)
+		}
+	}
+	closeFleet(t, f, baseline)
+}
+
+// TestFaultClientKill: CLIENT KILL TYPE normal every 50ms for 1.5s cuts
+// every connection of the fleet, over and over. Decisions keep answering
+// within their bound; what was admitted is charged to Redis; once the kills
+// stop the fleet is normal again within a round (plus the open timeout if a
+// breaker opened).
+func TestFaultClientKill(t *testing.T) {
+	keys := append(slices.Clone(conserveKeys),
+		faultKey{name: "kill-cold", lim: hybrid.Limit{Rate: 1000, Burst: 1000}, every: 10, cold: true})
+	srv, admin := faultServer(t)
+	ctx := t.Context()
+	baseline := runtime.NumGoroutine()
+	f := faultFleet(t, srv.Addr(), 2, "kill")
+	load := startFaultLoad(f, 2, keys)
+
+	start := time.Now()
+	<-time.After(500 * time.Millisecond)
+	marks := f.marks()
+	killAt := time.Now()
+	kill := time.NewTicker(50 * time.Millisecond)
+	var killed int64
+	for time.Since(killAt) < 1500*time.Millisecond {
+		n, err := admin.ClientKillByFilter(ctx, "TYPE", "normal").Result()
+		if err != nil {
+			t.Fatalf("CLIENT KILL TYPE normal: %v", err)
+		}
+		killed += n
+		<-kill.C
+	}
+	kill.Stop()
+	stopAt := time.Now()
+	took := awaitNormal(t, f, load, marks, stopAt, "after the kills")
+	normalAt := stopAt.Add(took)
+	<-time.After(500 * time.Millisecond)
+	end := time.Now()
+	load.end(t)
+	opened := false
+	for i, in := range f {
+		if _, ok := in.states.wait(breaker.Open, marks[i], 0); ok {
+			opened = true
+		}
+	}
+
+	t.Logf("%d connections killed in %v; breakers opened: %v; transitions %v, %v; normal again %v after the last kill",
+		killed, stopAt.Sub(killAt).Round(time.Millisecond), opened, f[0].states.since(marks[0]), f[1].states.since(marks[1]), took.Round(time.Millisecond))
+	if killed == 0 {
+		t.Errorf("CLIENT KILL killed no connection: the test tests nothing")
+	}
+	load.check(t, span{"before", start, killAt})
+	load.check(t, span{"kills", killAt, stopAt})
+	after := span{"after recovery", normalAt, end}
+	load.check(t, after)
+	load.wantNoFallback(t, after)
+	load.wantSteady(t, f, after)
+	for i, in := range f {
+		st := in.lim.Stats()
+		t.Logf("instance %d: %d rounds, %d failed; %d key errors; %d fetch errors", i, st.Reconcile.Rounds, st.Reconcile.RoundErrors, st.Reconcile.KeyErrors, st.Reconcile.FetchErrors)
+	}
+	closeFleet(t, f, baseline)
+	checkConserved(t, admin, load, f)
+}
+
+// TestFaultProxy: the network between the fleet and Redis, an in-test TCP
+// proxy, turns bad three ways in turn, with the load running:
+//
+//  1. 200ms of latency each way, four times the call timeout;
+//  2. every connection dropped and new ones refused;
+//  3. a black hole: connections accepted and kept, nothing forwarded
+//     (half-open sockets that never answer).
+//
+// In each, the breakers open, decisions keep answering within their bound
+// (the fallback decides), and within a round plus the open timeout of the
+// fault's end (two allowed) every instance is normal again. At the end, what
+// was admitted is in Redis.
+func TestFaultProxy(t *testing.T) {
+	keys := append(slices.Clone(conserveKeys),
+		faultKey{name: "proxy-cold", lim: hybrid.Limit{Rate: 1000, Burst: 1000}, every: 10, cold: true})
+	srv, admin := faultServer(t)
+	px := redistest.ProxyTo(t, srv.Addr())
+	baseline := runtime.NumGoroutine()
+	f := faultFleet(t, px.Addr(), 2, "proxy")
+	load := startFaultLoad(f, 2, keys)
+
+	// What each stretch of the run expects of the fallback.
+	type stretch struct {
+		span
+		fallback string // "none", "some", or "" for no expectation
+	}
+	start := time.Now()
+	<-time.After(500 * time.Millisecond)
+	stretches := []stretch{{span{"normal", start, time.Now()}, "none"}}
+	faults := []struct {
+		name     string
+		on, off  func()
+		duration time.Duration
+	}{
+		{"200ms latency", func() { px.SetLatency(200*time.Millisecond, 200*time.Millisecond) }, func() { px.SetLatency(0, 0) }, 1500 * time.Millisecond},
+		{"dropped and refused", func() {
+			if err := px.SetRefuse(true); err != nil {
+				t.Error(err)
+			}
+			px.DropAll()
+		}, func() {
+			if err := px.SetRefuse(false); err != nil {
+				t.Error(err)
+			}
+		}, time.Second},
+		{"black hole", func() { px.SetBlackhole(true) }, func() { px.SetBlackhole(false) }, 1500 * time.Millisecond},
+	}
+	for _, fault := range faults {
+		marks := f.marks()
+		at := time.Now()
+		fault.on()
+		opened := awaitOpen(t, f, marks, at, fault.name)
+		if rest := fault.duration - time.Since(at); rest > 0 {
+			<-time.After(rest)
+		}
+		for i, in := range f {
+			if !in.lim.Stats().Degraded {
+				t.Errorf("%s: instance %d not degraded at the end of the fault", fault.name, i)
+			}
+		}
+		offAt := time.Now()
+		fault.off()
+		took := awaitNormal(t, f, load, marks, offAt, fault.name)
+		normalAt := offAt.Add(took)
+		t.Logf("%s: breakers open %v after the fault began; normal again %v after it ended; transitions %v, %v",
+			fault.name, opened.Round(time.Millisecond), took.Round(time.Millisecond), f[0].states.since(marks[0]), f[1].states.since(marks[1]))
+		<-time.After(200 * time.Millisecond)
+		stretches = append(stretches,
+			stretch{span{fault.name, at, offAt}, "some"},
+			stretch{span{"recovery from " + fault.name, offAt, normalAt}, ""},
+			stretch{span{"after " + fault.name, normalAt, time.Now()}, "none"})
+	}
+	load.end(t)
+	for _, s := range stretches {
+		n := load.check(t, s.span)
+		if s.fallback == "none" {
+			load.wantNoFallback(t, s.span)
+			load.wantSteady(t, f, s.span)
+		}
+		if s.fallback == "some" && n == 0 {
+			t.Errorf("%s: no decision by the fallback: the fault did not reach the limiter", s.name)
+		}
+	}
+	closeFleet(t, f, baseline)
+	checkConserved(t, admin, load, f)
+}
+
+// TestFaultClockSkew: Redis TIME is the buckets' only clock. Two instances,
+// started ten minutes apart (their monotonic clocks differ by as much),
+// share a key at 4x its limit while Redis's clock is decades ahead of or
+// behind theirs, or jumps. On miniredis in a synctest bubble, so that every
+// clock is exact.
+//
+// With a constant skew the fleet admits B + R*T over the window (at most,
+// and at least 97% of it: the rest is the leases held at the end), T counted
+// on either clock, and the bucket holds exactly B + R*T minus what was
+// admitted. A clock that jumps
+// back mints nothing: the bucket refills only once Redis's time is past the
+// latest it has written, so the fleet admits at most B + R*(T - jump). A
+// clock that jumps ahead refills the bucket at most to its burst: at most B
+// more.
+func TestFaultClockSkew(t *testing.T) {
+	const (
+		rate, burst = 100, 100
+		d           = 6 * time.Second
+		year        = 365 * 24 * time.Hour
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst}
+	tests := []struct {
+		name string
+		skew time.Duration // Redis TIME minus the instances' clock
+		jump time.Duration // added to skew a third of the way into the window
+	}{
+		{"redis 30 years ahead", 30 * year, 0},
+		{"redis 20 years behind", -20 * year, 0},
+		{"redis jumps back 2s", 0, -2 * time.Second},
+		{"redis 30 years ahead jumps back 1h", 30 * year, -time.Hour},
+		{"redis jumps ahead 1h", 0, time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := miniredis.RunT(t)
+			synctest.Test(t, func(t *testing.T) {
+				f := newFleet(t, m, 1, hybrid.Config{})
+				f.setSkew(tt.skew)
+				time.Sleep(10 * time.Minute)
+				f.add(t, hybrid.Config{}, "b")
+				settle(time.Second) // heartbeats: both count the fleet
+				for i, l := range f.lims {
+					if n := l.Stats().Reconcile.Instances; n != 2 {
+						t.Fatalf("instance %d counts %d instances, want 2", i, n)
+					}
+				}
+				start := time.Now().Add(tt.skew) // Redis time of the bucket's first write
+				var jumper sync.WaitGroup
+				if tt.jump != 0 {
+					jumper.Go(func() {
+						time.Sleep(d / 3)
+						f.setSkew(tt.skew + tt.jump)
+					})
+				}
+				var c tally
+				gap := time.Second * 2 / (4 * rate) // 4x the limit over the fleet
+				drive(f, "skewed", lim, gap, d, &c, nil)
+				jumper.Wait()
+				c.check(t)
+				f.close(t) // leases go back
+				noFaults(t, f)
+
+				// The bucket's clock: how far Redis TIME moved past its
+				// first write, as the bucket counts it (its ts never moves
+				// back).
+				ts, err := strconv.ParseInt(m.HGet("hybrid:{skewed}", "ts"), 10, 64)
+				if err != nil {
+					t.Fatalf("HGET ts: %v", err)
+				}
+				elapsed := time.UnixMicro(ts).Sub(start)
+				want, early := d, time.Duration(0)
+				switch {
+				case tt.jump < 0 && -tt.jump < d*2/3:
+					want = d + tt.jump
+				case tt.jump < 0:
+					// Redis time never gets back past the jump: the bucket's
+					// clock stops at its last write before it, up to a round
+					// earlier.
+					want, early = d/3, interval
+				case tt.jump > 0:
+					want = d + tt.jump
+				}
+				if elapsed < want-early || elapsed > want+gap {
+					t.Errorf("the bucket's clock moved %v over the window, want %v (-%v, +%v)", elapsed, want, early, gap)
+				}
+				got := c.allowed.Load()
+				refill := rate * min(elapsed, d).Seconds()
+				ideal := burst + refill
+				hi := ideal
+				if tt.jump > 0 {
+					hi += burst // the jump refills the bucket, to its burst at most
+				}
+				tokens := tokensIn(t, m, "skewed")
+				t.Logf("admitted %d over %v of the instances' clocks; the bucket's clock moved %v; B + R*T = %.0f; bucket left with %.3f tokens",
+					got, d, elapsed, ideal, float64(tokens)/micro)
+				if float64(got) > hi {
+					t.Errorf("admitted %d, more than %.0f: tokens minted", got, hi)
+				}
+				// The leases held when the load stops go back at Close:
+				// they, and a round's refill, are what the fleet did not
+				// admit.
+				if float64(got) < 0.97*ideal {
+					t.Errorf("admitted %d, less than 97%% of B + R*T = %.0f", got, ideal)
+				}
+				if tt.jump <= 0 {
+					// Conservation, exact to the micro-token: what the
+					// bucket was given (B and R*elapsed) is what the fleet
+					// admitted plus what is left.
+					if want := burst*micro + int64(rate*micro*elapsed.Seconds()) - got*micro; tokens != want {
+						t.Errorf("the bucket holds %d micro-tokens, want B + R*T - admitted = %d", tokens, want)
+					}
+				}
+			})
+		})
+	}
+}

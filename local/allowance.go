@@ -1,0 +1,199 @@
+package local
+
+import "sync/atomic"
+
+// The word of an Allowance: micro-tokens in the low bits, the spends not yet
+// carried out in the bits above, the sign for retirement.
+const (
+	spendShift = 53
+	// MaxAllowance is the most micro-tokens an Allowance holds (about 9e9
+	// tokens); adding more saturates. Allowances stay below it: they are
+	// bounded by LocalCapacity, at most 2^31 tokens.
+	MaxAllowance = 1<<spendShift - 1
+	spendOne     = int64(1) << spendShift
+	spendMask    = int64(1023) << spendShift // bits 53 to 62
+	spendCarry   = 1024                      // a full field and one more
+)
+
+// Allowance is the Tokens an Entry may spend without asking anyone (in lease
+// mode Redis granted them before they are spent, so spending needs no clock,
+// only an atomic compare-and-swap), which also counts the spends made with
+// Spend and SpendLeft: the decisions answered from the allowance.
+//
+// The count is kept in the same word as the tokens, so counting costs a spend
+// no write besides the compare-and-swap it makes anyway (a counter beside it
+// would cost a second atomic instruction on the hot path); once every 1024
+// spends it is carried to a second counter. TakeSpends returns it.
+//
+// It is retired like Tokens. The zero Allowance holds nothing, has counted
+// nothing and is ready to use. It is safe for concurrent use.
+type Allowance struct {
+	v      atomic.Int64  // micro-tokens in the low 53 bits, spends above; retiredMark once retired
+	spends atomic.Uint64 // spends carried out of v
+}
+
+// clampAllowance bounds n to what an Allowance holds.
+func clampAllowance(n int64) int64 { return min(max(n, 0), MaxAllowance) }
+
+// Spend takes n micro-tokens if a holds at least n, counts the spend, and
+// reports whether it did. It reads no clock and never blocks.
+func (a *Allowance) Spend(n int64) bool {
+	_, ok := a.SpendLeft(n)
+	return ok
+}
+
+// SpendLeft is Spend that also returns what a holds after it. n must not be
+// negative.
+func (a *Allowance) SpendLeft(n int64) (left int64, ok bool) {
+	// Small enough to be inlined: the hot path's only atomic instruction.
+	for {
+		v := a.v.Load()
+		bal := v & MaxAllowance // 0 if retired
+		if v < 0 || bal < n {
+			return bal, false
+		}
+		// A full count overflows into the sign bit: it is carried, with
+		// this spend, to a.spends.
+		nv := v - n + spendOne
+		if a.v.CompareAndSwap(v, nv&^(nv>>63&^MaxAllowance)) {
+			if nv < 0 {
+				a.spends.Add(spendCarry)
+			}
+			return bal - n, true
+		}
+	}
+}
+
+// SpendUncounted is SpendLeft without counting the spend: for tokens fetched
+// for the request that spends them, a decision that did not come from the
+// allowance.
+func (a *Allowance) SpendUncounted(n int64) (left int64, ok bool) {
+	for {
+		v := a.v.Load()
+		bal := v & MaxAllowance
+		if v < 0 || bal < n {
+			return bal, false
+		}
+		if a.v.CompareAndSwap(v, v-n) {
+			return bal - n, true
+		}
+	}
+}
+
+// TakeSpends returns the spends counted since the last call, and starts
+// counting again from zero.
+func (a *Allowance) TakeSpends() uint64 {
+	for {
+		v := a.v.Load()
+		if v < 0 || v&spendMask == 0 {
+			break // retired (Retire carried the count) or nothing to carry
+		}
+		if a.v.CompareAndSwap(v, v&^spendMask) {
+			return uint64(v&spendMask>>spendShift) + a.spends.Swap(0)
+		}
+	}
+	if a.spends.Load() == 0 {
+		return 0 // no write: the hot key's cache line is left alone
+	}
+	return a.spends.Swap(0)
+}
+
+// TakeUpTo takes at most n micro-tokens, as many as a holds, and returns how
+// many it took.
+func (a *Allowance) TakeUpTo(n int64) int64 {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return 0
+		}
+		take := min(v&MaxAllowance, n)
+		if take <= 0 {
+			return 0
+		}
+		if a.v.CompareAndSwap(v, v-take) {
+			return take
+		}
+	}
+}
+
+// Update replaces what a holds, v, with f(v), atomically: f may be called
+// more than once. It reports false, changing nothing, if a is retired.
+func (a *Allowance) Update(f func(v int64) int64) bool {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return false
+		}
+		if a.v.CompareAndSwap(v, v&^MaxAllowance|clampAllowance(f(v&MaxAllowance))) {
+			return true
+		}
+	}
+}
+
+// Set replaces what a holds with n and returns what it held. It reports
+// false, changing nothing, if a is retired.
+func (a *Allowance) Set(n int64) (old int64, ok bool) {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return 0, false
+		}
+		if a.v.CompareAndSwap(v, v&^MaxAllowance|clampAllowance(n)) {
+			return v & MaxAllowance, true
+		}
+	}
+}
+
+// Add adds n micro-tokens, up to MaxAllowance. It reports false, adding
+// nothing, if a is retired: the caller still owns the n tokens and must
+// account for them elsewhere.
+func (a *Allowance) Add(n int64) bool {
+	for {
+		v := a.v.Load()
+		if v < 0 {
+			return false
+		}
+		if a.v.CompareAndSwap(v, v&^MaxAllowance|clampAllowance(v&MaxAllowance+n)) {
+			return true
+		}
+	}
+}
+
+// TakeAll empties a and returns what it held (zero if retired), for the
+// caller to give back.
+func (a *Allowance) TakeAll() int64 {
+	for {
+		v := a.v.Load()
+		if v < 0 || v&MaxAllowance == 0 {
+			return 0
+		}
+		if a.v.CompareAndSwap(v, v&^MaxAllowance) {
+			return v & MaxAllowance
+		}
+	}
+}
+
+// Load returns the micro-tokens a holds; zero once retired.
+func (a *Allowance) Load() int64 {
+	v := a.v.Load()
+	if v < 0 {
+		return 0
+	}
+	return v & MaxAllowance
+}
+
+// Retire empties a for good and returns what it held; the spends it counted
+// stay for TakeSpends. Only the first call returns anything.
+func (a *Allowance) Retire() int64 {
+	v := a.v.Swap(retiredMark)
+	if v < 0 {
+		return 0
+	}
+	if n := uint64(v & spendMask >> spendShift); n > 0 {
+		a.spends.Add(n)
+	}
+	return v & MaxAllowance
+}
+
+// Retired reports whether Retire was called.
+func (a *Allowance) Retired() bool { return a.v.Load() < 0 }
