@@ -155,6 +155,9 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	}
 	now := l.clock.Now()
 	tokens := gr.Remaining * local.Micro
+	if gr.Reset {
+		l.stats.exactResets.Add(1)
+	}
 	if gr.Allowed {
 		l.stats.exactAllowed.Add(1)
 	} else {

@@ -23,6 +23,7 @@ type counters struct {
 	exactAllowed     atomic.Uint64
 	exactDenied      atomic.Uint64
 	exactErrors      atomic.Uint64
+	exactResets      atomic.Uint64
 	refunds          atomic.Uint64
 }
 
@@ -57,8 +58,11 @@ type Stats struct {
 	// Reconcile.Unsettled for what is still to charge).
 	FallbackConsumed uint64
 	// ExactAllowed, ExactDenied and ExactErrors count Exact decisions and
-	// the script calls that failed (those fell back).
-	ExactAllowed, ExactDenied, ExactErrors uint64
+	// the script calls that failed (those fell back). ExactResets counts the
+	// Exact calls that found something unreadable under their key (another
+	// type, garbled fields) and replaced it with a full bucket; the
+	// reconciler's resets are Reconcile.Resets.
+	ExactAllowed, ExactDenied, ExactErrors, ExactResets uint64
 	// Refunds counts cancelled reservations.
 	Refunds uint64
 	// Degraded reports whether the fallback policy is deciding now.
@@ -113,6 +117,7 @@ func (l *Limiter) Stats() Stats {
 		ExactAllowed:     l.stats.exactAllowed.Load(),
 		ExactDenied:      l.stats.exactDenied.Load(),
 		ExactErrors:      l.stats.exactErrors.Load(),
+		ExactResets:      l.stats.exactResets.Load(),
 		Refunds:          l.stats.refunds.Load(),
 		Degraded:         l.r.Degraded(),
 		Reconcile:        rs,

@@ -314,3 +314,27 @@ func (b *statsLog) count(s string) int {
 	}
 	return n
 }
+
+// TestStatsExactResets: an Exact call that finds another type under its key
+// replaces it with a full bucket, decides on it and counts the reset.
+func TestStatsExactResets(t *testing.T) {
+	inFleet(t, 1, hybrid.Config{Instances: 1}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		lim := hybrid.Limit{Rate: slow, Burst: 3, Mode: hybrid.Exact}
+		if err := f.m.Set("hybrid:{k}", "not a bucket"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := l.Allow(t.Context(), "k", lim)
+		if err != nil || !res.Allowed || res.Source != hybrid.SourceRedis {
+			t.Fatalf("Allow over a string = %+v, %v; want allowed by Redis", res, err)
+		}
+		if st := l.Stats(); st.ExactResets != 1 || st.ExactErrors != 0 {
+			t.Errorf("ExactResets = %d, ExactErrors = %d; want 1, 0", st.ExactResets, st.ExactErrors)
+		}
+		res, err = l.Allow(t.Context(), "k", lim)
+		if err != nil || !res.Allowed || l.Stats().ExactResets != 1 {
+			t.Errorf("second Allow = %+v, %v, ExactResets %d; want allowed, still 1 reset", res, err, l.Stats().ExactResets)
+		}
+		wantTokens(t, f.m, "k", 1*micro, 1000)
+	})
+}

@@ -210,7 +210,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.keysSettled, r.KeysSettled)
 	counter(d.keyErrors, r.KeyErrors)
 	counter(d.uncertain, r.Uncertain)
-	counter(d.resets, r.Resets)
+	counter(d.resets, r.Resets+s.ExactResets)
 	counter(d.fetches, r.Fetches)
 	counter(d.fetchErrors, r.FetchErrors)
 	counter(d.fetchTimeouts, r.FetchTimeouts)
