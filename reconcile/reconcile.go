@@ -95,6 +95,7 @@ type Reconciler struct {
 	degraded atomic.Bool  // the breaker is not closed: decide locally
 	closing  atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
 	live     atomic.Int64 // fleet size for the fallback share
+	fewer    bool         // the last heartbeat counted fewer instances than live (loop goroutine only)
 	early    chan struct{}
 	flights  singleflight.Group
 	stats    counters

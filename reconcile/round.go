@@ -76,9 +76,23 @@ func (r *Reconciler) heartbeat(ctx context.Context) {
 	}
 	r.stats.clockSample(r.clock.Time(start), r.clock.Time(r.clock.Now()), now)
 	r.stats.heard.Store(int64(live))
-	if r.cfg.Instances == 0 {
-		r.live.Store(int64(max(live, 1)))
+	if r.cfg.Instances != 0 {
+		return
 	}
+	// A count that falls is believed at the second heartbeat that says so.
+	// A Redis that lost its data (a restart, FLUSHALL) counts only the
+	// instances that have beaten since, and smaller counts mean larger
+	// shares: optimistic budgets and the fallback's shares would admit too
+	// much until every instance has beaten again, which takes one interval.
+	n := int64(max(live, 1))
+	switch {
+	case n >= r.live.Load():
+		r.fewer = false
+	case !r.fewer:
+		r.fewer = true
+		return
+	}
+	r.live.Store(n)
 }
 
 // round settles every key touched since the last round, every key that
