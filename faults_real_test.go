@@ -70,6 +70,9 @@ type faultKey struct {
 	lim   hybrid.Limit
 	every int  // asked at every that many ticks of a worker (0: every tick)
 	cold  bool // a new key each time (name:instance:worker:n): always a fetch
+	// slot makes the cold keys name}:instance:worker:n, whose buckets all
+	// share the Cluster hash slot of name (docs/design.md, Keys).
+	slot bool
 }
 
 // faultDecision is one decision of the fault load.
@@ -189,6 +192,9 @@ func (l *faultLoad) work(lim *hybrid.Limiter, inst, w int) {
 			key := fk.name
 			if fk.cold {
 				key = fk.name + ":" + strconv.Itoa(inst) + ":" + strconv.Itoa(w) + ":" + strconv.Itoa(n)
+				if fk.slot {
+					key = fk.name + "}" + key[len(fk.name):]
+				}
 			}
 			t0 := time.Now()
 			res, err := lim.Allow(context.Background(), key, fk.lim)

@@ -107,7 +107,10 @@ type Config struct {
 	// Fallback decides while Redis is unreachable. The zero value is
 	// LocalShare.
 	Fallback Fallback
-	// Breaker configures the circuit breaker around the Redis calls.
+	// Breaker configures the circuit breaker around the Redis calls. On a
+	// Redis Cluster each master gets a breaker of its own with this
+	// configuration, so that a master that fails sends only its own keys
+	// to the fallback while the others keep settling.
 	Breaker breaker.Config
 	// Logger receives the Limiter's log lines: a warning when Redis becomes
 	// unreachable and the fallback policy takes over, an info line when it
@@ -284,7 +287,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		}
 		return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 	}
-	if l.r.Degraded() {
+	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
 	now := l.clock.Now()

@@ -592,7 +592,7 @@ func TestIntegrationWarmManyKeys(t *testing.T) {
 // client, and its breaker's transitions.
 type itInstance struct {
 	lim    *hybrid.Limiter
-	rdb    *redis.Client
+	rdb    redis.UniversalClient // a *redis.Client, or a *redis.ClusterClient
 	states *transitions
 }
 

@@ -134,11 +134,11 @@ func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View
 
 // exact decides an Exact limit with one script call, through the breaker.
 func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
-	if l.r.Degraded() {
+	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
 	var gr global.Result
-	err := l.r.Breaker().Do(ctx, func(ctx context.Context) error {
+	err := l.r.Do(ctx, e.Key(), func(ctx context.Context) error {
 		var err error
 		gr, err = l.g.Allow(ctx, e.Key(), global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}, cost/local.Micro)
 		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && isReply(err) {

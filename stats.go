@@ -65,7 +65,9 @@ type Stats struct {
 	ExactAllowed, ExactDenied, ExactErrors, ExactResets uint64
 	// Refunds counts cancelled reservations.
 	Refunds uint64
-	// Degraded reports whether the fallback policy is deciding now.
+	// Degraded reports whether the fallback policy is deciding now: for
+	// every key on a single Redis; on a Redis Cluster, for the keys of at
+	// least one node (Reconcile.Nodes says which).
 	Degraded bool
 	// Reconcile is the reconciler's part: rounds and their round-trip
 	// times, keys settled, unsettled consumption, evictions, the breaker's

@@ -84,7 +84,7 @@ type descs struct {
 	rounds, roundErrors, roundTrip, roundTripMax         *prometheus.Desc
 	keysSettled, keyErrors, uncertain, resets            *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
-	transitions, breakerState, degraded                  *prometheus.Desc
+	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
 	unsettled, instances, live, skew, rtt                *prometheus.Desc
 }
@@ -125,8 +125,9 @@ func New(src Source, cfg Config) (*Collector, error) {
 		fetchTimeouts:    desc("fetch_timeouts_total", "Requests that stopped waiting for a fetch after ColdWait."),
 		heartbeatErrors:  desc("heartbeat_errors_total", "Heartbeats that failed."),
 		transitions:      desc("breaker_transitions_total", "State changes of the circuit breaker around the Redis calls.", "from", "to"),
-		breakerState:     desc("breaker_state", "1 for the circuit breaker's current state (closed, half-open, open), 0 for the others.", "state"),
-		degraded:         desc("degraded", "1 while the fallback policy decides what needs Redis (the breaker is not closed), else 0."),
+		breakerState:     desc("breaker_state", "1 for the circuit breaker's current state (closed, half-open, open), 0 for the others; on a Redis Cluster, the state of the node breaker furthest from closed.", "state"),
+		nodeState:        desc("node_breaker_state", "On a Redis Cluster, 1 for the current state of the circuit breaker of each master the limiter has called, 0 for the others.", "node", "state"),
+		degraded:         desc("degraded", "1 while the fallback policy decides what needs Redis (a breaker is not closed; on a Redis Cluster, for the keys of that node), else 0."),
 		evictions:        desc("evictions_total", "Keys that left the in-memory store (evicted, or drained by Close)."),
 		evictionsWithDues: desc("evictions_with_dues_total",
 			"Keys that left the store with consumption to charge or a lease to give back: they were settled as orphans."),
@@ -160,7 +161,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors,
-		d.transitions, d.breakerState, d.degraded,
+		d.transitions, d.breakerState, d.nodeState, d.degraded,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
 	} {
@@ -224,8 +225,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	for _, st := range [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
+	states := [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open}
+	for _, st := range states {
 		gauge(d.breakerState, flag(r.Breaker == st), st.String())
+	}
+	for _, n := range r.Nodes {
+		if n.Addr == "" {
+			continue // the breaker of a single Redis: breaker_state
+		}
+		for _, st := range states {
+			gauge(d.nodeState, flag(n.Breaker == st), n.Addr, st.String())
+		}
 	}
 	gauge(d.degraded, flag(s.Degraded))
 

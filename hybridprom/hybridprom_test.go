@@ -18,7 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/hybridprom"
+	"github.com/hybridlimit/hybrid/reconcile"
 )
 
 // link is a go-redis hook between a Limiter and miniredis: it sets Redis TIME
@@ -135,7 +137,7 @@ func TestCollector(t *testing.T) {
 		shadow.Store(7)
 
 		want := `
-# HELP hybrid_breaker_state 1 for the circuit breaker's current state (closed, half-open, open), 0 for the others.
+# HELP hybrid_breaker_state 1 for the circuit breaker's current state (closed, half-open, open), 0 for the others; on a Redis Cluster, the state of the node breaker furthest from closed.
 # TYPE hybrid_breaker_state gauge
 hybrid_breaker_state{limiter="api",state="closed"} 1
 hybrid_breaker_state{limiter="api",state="half-open"} 0
@@ -154,7 +156,7 @@ hybrid_decisions_total{limiter="api",result="allowed",source="redis"} 2
 hybrid_decisions_total{limiter="api",result="denied",source="fallback"} 0
 hybrid_decisions_total{limiter="api",result="denied",source="local"} 2
 hybrid_decisions_total{limiter="api",result="denied",source="redis"} 1
-# HELP hybrid_degraded 1 while the fallback policy decides what needs Redis (the breaker is not closed), else 0.
+# HELP hybrid_degraded 1 while the fallback policy decides what needs Redis (a breaker is not closed; on a Redis Cluster, for the keys of that node), else 0.
 # TYPE hybrid_degraded gauge
 hybrid_degraded{limiter="api"} 0
 # HELP hybrid_fallback_consumed_tokens_total Tokens admitted by the fallback policy, to be charged to Redis when it is back.
@@ -303,3 +305,39 @@ func TestNewErrors(t *testing.T) {
 type stats struct{ s hybrid.Stats }
 
 func (s stats) Stats() hybrid.Stats { return s.s }
+
+// TestNodeBreakers: on a Redis Cluster each master's breaker is exported
+// with its address; the breaker of a single Redis (address "") is not
+// repeated there, and breaker_state shows the worst.
+func TestNodeBreakers(t *testing.T) {
+	var s hybrid.Stats
+	s.Degraded = true
+	s.Reconcile.Breaker = breaker.Open
+	s.Reconcile.Nodes = []reconcile.NodeState{
+		{Addr: "", Breaker: breaker.Closed},
+		{Addr: "127.0.0.1:7000", Breaker: breaker.Closed},
+		{Addr: "127.0.0.1:7001", Breaker: breaker.Open},
+	}
+	c, err := hybridprom.New(stats{s}, hybridprom.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP hybrid_breaker_state 1 for the circuit breaker's current state (closed, half-open, open), 0 for the others; on a Redis Cluster, the state of the node breaker furthest from closed.
+# TYPE hybrid_breaker_state gauge
+hybrid_breaker_state{state="closed"} 0
+hybrid_breaker_state{state="half-open"} 0
+hybrid_breaker_state{state="open"} 1
+# HELP hybrid_node_breaker_state On a Redis Cluster, 1 for the current state of the circuit breaker of each master the limiter has called, 0 for the others.
+# TYPE hybrid_node_breaker_state gauge
+hybrid_node_breaker_state{node="127.0.0.1:7000",state="closed"} 1
+hybrid_node_breaker_state{node="127.0.0.1:7000",state="half-open"} 0
+hybrid_node_breaker_state{node="127.0.0.1:7000",state="open"} 0
+hybrid_node_breaker_state{node="127.0.0.1:7001",state="closed"} 0
+hybrid_node_breaker_state{node="127.0.0.1:7001",state="half-open"} 0
+hybrid_node_breaker_state{node="127.0.0.1:7001",state="open"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybrid_breaker_state", "hybrid_node_breaker_state"); err != nil {
+		t.Error(err)
+	}
+}

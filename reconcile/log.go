@@ -55,18 +55,24 @@ func (r *Reconciler) roundSucceeded() {
 // (decisions that need Redis go to the fallback policy), an info line when it
 // closes again, with how long it was not closed, and the probes in between
 // at debug level.
-func (r *Reconciler) logTransition(from, to breaker.State) {
+//
+// On a Redis Cluster the lines about a node's breaker name the node.
+func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 	now := r.clock.Now()
+	var args []any
+	if n.addr != "" {
+		args = append(args, "node", n.addr)
+	}
 	switch {
 	case from == breaker.Closed:
-		r.openedAt.Store(int64(now))
+		n.openedAt.Store(int64(now))
 		r.log.Warn("hybrid: Redis unreachable; the fallback policy decides until it is back",
-			"breaker", to.String())
+			append(args, "breaker", to.String())...)
 	case to == breaker.Closed:
 		r.log.Info("hybrid: Redis reachable again; the outage's consumption is settled",
-			"breaker", to.String(), "down_for", now-time.Duration(r.openedAt.Load()))
+			append(args, "breaker", to.String(), "down_for", now-time.Duration(n.openedAt.Load()))...)
 	default:
-		r.log.Debug("hybrid: breaker state changed", "from", from.String(), "to", to.String())
+		r.log.Debug("hybrid: breaker state changed", append(args, "from", from.String(), "to", to.String())...)
 	}
 }
 

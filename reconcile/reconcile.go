@@ -9,6 +9,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -64,8 +65,11 @@ type Config struct {
 	// HeartbeatInterval is the time between two heartbeats; an instance
 	// not heard from for three of them is no longer counted. 0 means 1s.
 	HeartbeatInterval time.Duration
-	// Breaker configures the circuit breaker around the Redis calls. Its
-	// OnStateChange, if set, is called after the reconciler's own.
+	// Breaker configures the circuit breakers around the Redis calls: one
+	// for a single Redis; on a Redis Cluster (a Store that is a Router) one
+	// per node besides, named after the node, so that a node that fails
+	// sends only its own keys to the fallback. OnStateChange, if set, is
+	// called after the reconciler's own, for every breaker's changes.
 	Breaker breaker.Config
 	// Logger receives the reconciler's few log lines: breaker transitions,
 	// failing settlement rounds (the first, then at most one line per
@@ -84,24 +88,31 @@ var ErrConfig = errors.New("reconcile: invalid config")
 // Reconciler settles one instance's shadow buckets with Redis. It is safe for
 // concurrent use. Create one with New; Close stops its goroutine.
 type Reconciler struct {
-	st    Store
-	keys  *local.Store[State]
-	br    *breaker.Breaker
-	clock local.Clock
-	cfg   Config
-	lc    int64 // LocalCapacity in micro-tokens
-	gap   time.Duration
+	st          Store
+	router      Router // st as a Router whose buckets are spread, or nil
+	keys        *local.Store[State]
+	clock       local.Clock
+	cfg         Config
+	lc          int64 // LocalCapacity in micro-tokens
+	gap         time.Duration
+	callTimeout time.Duration // the breakers' call timeout, which bounds a node lookup too
 
-	degraded atomic.Bool  // the breaker is not closed: decide locally
-	closing  atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
-	live     atomic.Int64 // fleet size for the fallback share
-	fewer    bool         // the last heartbeat counted fewer instances than live (loop goroutine only)
-	early    chan struct{}
-	flights  singleflight.Group
-	stats    counters
+	// The Redis nodes, each with its breaker: def for a single Redis and
+	// for keys whose node is not known, and those of a Redis Cluster by
+	// address (copied on write under nodeMu).
+	def       *node
+	nodes     atomic.Pointer[map[string]*node]
+	nodeMu    sync.Mutex
+	ndegraded atomic.Int32 // nodes whose breaker is not closed
 
-	log      *slog.Logger
-	openedAt atomic.Int64 // clock reading when the breaker left the closed state
+	closing atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
+	live    atomic.Int64 // fleet size for the fallback share
+	fewer   bool         // the last heartbeat counted fewer instances than live (loop goroutine only)
+	early   chan struct{}
+	flights singleflight.Group
+	stats   counters
+
+	log *slog.Logger
 
 	mu             sync.Mutex // protects orphans, orphanConsumed, low and closed
 	orphans        map[string]orphan
@@ -118,7 +129,9 @@ type Reconciler struct {
 	sets    []global.Settlement
 	owners  []owner // owners[i] is whose sets[i] is
 	replies []global.Reply
-	failing failing // the rounds failing in a row, for the log
+	ends    []time.Duration // ends[i] is when the reply to sets[i] came
+	groups  []*group        // the nodes of a round's keys
+	failing failing         // the rounds failing in a row, for the log
 }
 
 // orphan is what a key that left the store still owes Redis, or Redis owes
@@ -178,17 +191,12 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	r.keys = keys
-	bc := cfg.Breaker
-	user := bc.OnStateChange
-	bc.OnStateChange = func(from, to breaker.State) {
-		r.degraded.Store(to != breaker.Closed)
-		r.stats.countTransition(from, to)
-		r.logTransition(from, to)
-		if user != nil {
-			user(from, to)
-		}
+	if rt, ok := st.(Router); ok && rt.Spread() {
+		r.router = rt
 	}
-	if r.br, err = breaker.New(bc); err != nil {
+	r.callTimeout = cmp.Or(cfg.Breaker.CallTimeout, breaker.DefaultCallTimeout)
+	r.nodes.Store(&map[string]*node{})
+	if r.def, err = r.newNode(""); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	r.live.Store(int64(max(cfg.Instances, 1)))
@@ -204,17 +212,10 @@ func (r *Reconciler) Keys() *local.Store[State] { return r.keys }
 // Clock returns the clock the shadow buckets' times are read from.
 func (r *Reconciler) Clock() local.Clock { return r.clock }
 
-// Degraded reports whether the breaker is open or probing: decisions that
-// need Redis are then made locally, by the fallback policy.
-func (r *Reconciler) Degraded() bool { return r.degraded.Load() }
-
 // Instances returns the fleet size used to share limits in fallback mode:
 // Config.Instances if set, else the live count from the last heartbeat, at
 // least 1.
 func (r *Reconciler) Instances() int64 { return r.live.Load() }
-
-// Breaker returns the circuit breaker around the Redis calls.
-func (r *Reconciler) Breaker() *breaker.Breaker { return r.br }
 
 // SyncInterval returns the time between two rounds.
 func (r *Reconciler) SyncInterval() time.Duration { return r.cfg.SyncInterval }

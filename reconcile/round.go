@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,8 +67,14 @@ func (r *Reconciler) loop(ctx context.Context) {
 func (r *Reconciler) heartbeat(ctx context.Context) {
 	var live int
 	var now time.Time
+	nd := r.def
+	if r.router != nil {
+		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		nd = r.node(r.router.FleetNode(lctx))
+		cancel()
+	}
 	start := r.clock.Now()
-	err := r.br.Do(ctx, func(ctx context.Context) error {
+	err := nd.br.Do(ctx, func(ctx context.Context) error {
 		var err error
 		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		return err
@@ -170,52 +179,155 @@ func (r *Reconciler) topUp(ctx context.Context) {
 // time out as a whole and then fail again, larger, every round after.
 const maxBatch = 512
 
-// send settles r.sets and applies the replies: in calls of at most maxBatch
-// keys, each through the breaker. It returns the consumption, in
+// send settles r.sets and applies the replies. The settlements of each Redis
+// node go through that node's breaker, in calls of at most maxBatch keys;
+// the nodes of a Cluster are called at once, so that a node that does not
+// answer delays only its own keys. It returns the consumption, in
 // micro-tokens, that it could not charge and put back in the entries.
 func (r *Reconciler) send(ctx context.Context) (kept int64) {
-	if len(r.sets) == 0 {
+	n := len(r.sets)
+	if n == 0 {
 		return 0
 	}
-	if cap(r.replies) < len(r.sets) {
-		r.replies = make([]global.Reply, len(r.sets))
+	if cap(r.replies) < n {
+		r.replies = make([]global.Reply, n)
+		r.ends = make([]time.Duration, n)
 	}
+	replies, ends := r.replies[:n], r.ends[:n]
 	r.stats.rounds.Add(1)
 	var failed error
-	for lo := 0; lo < len(r.sets); lo += maxBatch {
-		hi := min(lo+maxBatch, len(r.sets))
-		sets, replies := r.sets[lo:hi], r.replies[lo:hi]
-		start := r.clock.Now()
-		err := r.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, sets, replies) })
-		now := r.clock.Now()
-		r.stats.lastRound.Store(int64(now - start))
-		if err == nil {
-			r.stats.roundTrip.observe(now - start)
-			r.clockSample(start, now, replies)
-		} else if failed == nil {
-			failed = err
+	if groups := r.group(ctx); len(groups) == 1 {
+		failed = r.settleNode(ctx, groups[0].n, r.sets, replies, ends)
+	} else {
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			g.sets = g.sets[:0]
+			for _, i := range g.idx {
+				g.sets = append(g.sets, r.sets[i])
+			}
+			g.replies = slices.Grow(g.replies[:0], len(g.idx))[:len(g.idx)]
+			g.ends = slices.Grow(g.ends[:0], len(g.idx))[:len(g.idx)]
+			wg.Go(func() { g.err = r.settleNode(ctx, g.n, g.sets, g.replies, g.ends) })
 		}
-		for i := lo; i < hi; i++ {
-			rerr := err
-			if rerr == nil {
-				rerr = r.replies[i].Err
+		wg.Wait()
+		for _, g := range groups {
+			for j, i := range g.idx {
+				replies[i], ends[i] = g.replies[j], g.ends[j]
 			}
-			if rerr != nil {
-				kept += r.restore(&r.sets[i], r.owners[i], true, rerr)
-			} else if r.apply(&r.sets[i], r.owners[i], &r.replies[i], now) {
-				r.hold(r.owners[i].e)
+			if failed == nil {
+				failed = g.err
 			}
+			clear(g.sets)
+			clear(g.replies)
+			g.err = nil
+		}
+	}
+	for i := range r.sets {
+		if err := replies[i].Err; err != nil {
+			kept += r.restore(&r.sets[i], r.owners[i], true, err)
+		} else if r.apply(&r.sets[i], r.owners[i], &replies[i], ends[i]) {
+			r.hold(r.owners[i].e)
 		}
 	}
 	if failed != nil {
 		r.stats.roundErrors.Add(1)
-		r.roundFailed(len(r.sets), failed)
+		r.roundFailed(n, failed)
 	} else {
 		r.roundSucceeded()
 	}
 	clear(r.owners)
-	clear(r.replies[:len(r.sets)])
+	clear(replies)
 	return kept
+}
+
+// group is the settlements of a round that go to one Redis node, and the
+// buffers of the calls to it.
+type group struct {
+	n       *node
+	idx     []int // indexes in r.sets
+	sets    []global.Settlement
+	replies []global.Reply
+	ends    []time.Duration
+	err     error // the first failure of the calls to n
+}
+
+// group sorts r.sets by the node of their keys. On a single Redis, or when
+// all the keys are on one node, it returns one group, whose idx is not set:
+// it is all of r.sets. A node's layout is looked up within the breakers'
+// call timeout.
+func (r *Reconciler) group(ctx context.Context) []*group {
+	for _, g := range r.groups {
+		g.n, g.idx = nil, g.idx[:0]
+	}
+	if r.router == nil {
+		return r.oneGroup(r.def)
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+	defer cancel()
+	k := 0 // groups in use
+	for i := range r.sets {
+		n := r.nodeOf(lctx, r.sets[i].Key)
+		j := 0
+		for j < k && r.groups[j].n != n {
+			j++
+		}
+		if j == k {
+			if k == len(r.groups) {
+				r.groups = append(r.groups, &group{})
+			}
+			r.groups[k].n = n
+			k++
+		}
+		r.groups[j].idx = append(r.groups[j].idx, i)
+	}
+	if k == 1 {
+		return r.oneGroup(r.groups[0].n)
+	}
+	return r.groups[:k]
+}
+
+// oneGroup returns the one group of a round whose keys are all on node n.
+func (r *Reconciler) oneGroup(n *node) []*group {
+	if len(r.groups) == 0 {
+		r.groups = append(r.groups, &group{})
+	}
+	r.groups[0].n = n
+	return r.groups[:1]
+}
+
+// settleNode settles sets, whose keys are on node n, through n's breaker in
+// calls of at most maxBatch keys, and stores each one's reply and the time
+// it came in replies and ends. A settlement that got no reply, or that the
+// breaker refused, gets the call's error as its Reply.Err. It returns the
+// first call's error, if one failed.
+func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Settlement, replies []global.Reply, ends []time.Duration) (failed error) {
+	for lo := 0; lo < len(sets); lo += maxBatch {
+		hi := min(lo+maxBatch, len(sets))
+		s, rep := sets[lo:hi], replies[lo:hi]
+		clear(rep)
+		start := r.clock.Now()
+		err := n.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, s, rep) })
+		end := r.clock.Now()
+		r.stats.lastRound.Store(int64(end - start))
+		if err == nil {
+			r.stats.roundTrip.observe(end - start)
+			r.clockSample(start, end, rep)
+		} else {
+			failed = cmp.Or(failed, err)
+			// On a Cluster, Settle's error leaves the replies that came
+			// valid; the others carry the error already, unless the
+			// breaker refused the call.
+			for j := range rep {
+				if rep[j].Err == nil && rep[j].Now.IsZero() {
+					rep[j].Err = err
+				}
+			}
+		}
+		for j := lo; j < hi; j++ {
+			ends[j] = end
+		}
+	}
+	return failed
 }
 
 // clockSample records the clock of Redis as the first of replies that
@@ -476,7 +588,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 func (r *Reconciler) settleOne(s global.Settlement, o owner) (global.Reply, error) {
 	sets := [1]global.Settlement{s}
 	var replies [1]global.Reply
-	err := r.br.Do(context.Background(), func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
+	err := r.Do(context.Background(), s.Key, func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
 	if err == nil {
 		err = replies[0].Err
 	}

@@ -49,7 +49,7 @@ type Stats struct {
 	Uncertain       uint64        // failed settlements that may have been applied: their give-back was not put back
 	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
 	LastRound       time.Duration // the last round trip's duration
-	Breaker         breaker.State // the breaker's state now
+	Breaker         breaker.State // the state now of the breaker furthest from closed (of Nodes)
 	Instances       int64         // the fleet size used for fallback shares
 	Keys            int           // keys tracked
 	Orphans         int           // keys that left the store with dues still to settle
@@ -60,7 +60,11 @@ type Stats struct {
 	// its next round or when it leaves the store. So it lags by up to one
 	// SyncInterval.
 	LocalAllowed uint64
-	// BreakerTransitions counts the breaker's state changes by
+	// Nodes is the state now of each breaker: the one of a single Redis
+	// (Addr ""), and on a Redis Cluster one per node the reconciler has
+	// called, sorted by address.
+	Nodes []NodeState
+	// BreakerTransitions counts the breakers' state changes by
 	// [from][to] state; their sum is Transitions.
 	BreakerTransitions [nStates][nStates]uint64
 	// Live is the number of live instances the last heartbeat counted
@@ -106,7 +110,6 @@ func (r *Reconciler) Stats() Stats {
 		Uncertain:       r.stats.uncertain.Load(),
 		Resets:          r.stats.resets.Load(),
 		LastRound:       time.Duration(r.stats.lastRound.Load()),
-		Breaker:         r.br.State(),
 		Instances:       r.live.Load(),
 		Keys:            r.keys.Len(),
 		Orphans:         orphans,
@@ -118,6 +121,8 @@ func (r *Reconciler) Stats() Stats {
 		Skew:            time.Duration(r.stats.skew.Load()),
 		ClockSamples:    r.stats.clockSamples.Load(),
 	}
+	s.Nodes = r.nodeStates()
+	s.Breaker = worst(s.Nodes)
 	for from := range nStates {
 		for to := range nStates {
 			s.BreakerTransitions[from][to] = r.stats.byTransition[from][to].Load()

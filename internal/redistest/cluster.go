@@ -73,16 +73,17 @@ func StartCluster(opts ClusterOptions) (*ClusterProc, error) {
 		c.Stop()
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w; output:\n%s", err, bytes.TrimSpace(out))
 	}
-	if err := c.waitOK(); err != nil {
+	if err := c.WaitOK(); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
 }
 
-// waitOK polls CLUSTER INFO on every node until each reports
-// cluster_state:ok and all slots served, or clusterTimeout passes.
-func (c *ClusterProc) waitOK() error {
+// WaitOK polls CLUSTER INFO on every node until each reports
+// cluster_state:ok and all slots served, or 30 s pass: after a node was
+// restarted, say.
+func (c *ClusterProc) WaitOK() error {
 	deadline := time.Now().Add(clusterTimeout)
 	for _, p := range c.nodes {
 		for {

@@ -57,6 +57,13 @@ func Server(tb testing.TB) *Proc {
 // it when Required.
 func Cluster(tb testing.TB) *ClusterProc {
 	tb.Helper()
+	return ClusterWith(tb, ClusterOptions{})
+}
+
+// ClusterWith is Cluster with opts for a cluster it starts (a cluster from
+// REDIS_CLUSTER_ADDRS is returned as it is).
+func ClusterWith(tb testing.TB, opts ClusterOptions) *ClusterProc {
+	tb.Helper()
 	if list := os.Getenv(EnvClusterAddrs); list != "" {
 		var addrs []string
 		for _, addr := range strings.Split(list, ",") {
@@ -77,7 +84,7 @@ func Cluster(tb testing.TB) *ClusterProc {
 		return c
 	}
 	need(tb, "redis-server", "redis-cli")
-	c, err := StartCluster(ClusterOptions{})
+	c, err := StartCluster(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,0 +1,182 @@
+package reconcile
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/hybridlimit/hybrid/breaker"
+)
+
+// Router is implemented by a Store whose buckets may be spread over several
+// Redis nodes, as on a Redis Cluster: it names the node that holds a key's
+// bucket, so that every node has a breaker of its own and one node failing
+// sends only its own keys to the fallback. *global.Limiter implements it.
+type Router interface {
+	// Spread reports whether the buckets may be on several nodes: if not,
+	// the other methods are not called.
+	Spread() bool
+	// Node returns the address of the node that holds the bucket of key,
+	// or "" if the buckets are not spread (a single Redis) or the node is
+	// not known. It may ask Redis for the cluster's layout the first time,
+	// within ctx, and must return at once once it knows it.
+	Node(ctx context.Context, key string) string
+	// FleetNode is Node for the key of the fleet count.
+	FleetNode(ctx context.Context) string
+}
+
+// node is one Redis node as the reconciler sees it: the breaker around the
+// calls to it. The node of address "" stands for a single Redis, and for the
+// keys whose node is not known.
+type node struct {
+	addr     string
+	br       *breaker.Breaker
+	degraded atomic.Bool  // the breaker is not closed: decide locally
+	openedAt atomic.Int64 // clock reading when the breaker left the closed state
+}
+
+// NodeState is the state of the breaker of one Redis node.
+type NodeState struct {
+	// Addr is the node's address, as the Redis client names it.
+	Addr string
+	// Breaker is the state of the node's breaker now.
+	Breaker breaker.State
+}
+
+// newNode returns the node of addr with a breaker of its own, configured as
+// Config.Breaker. Its state changes are counted, logged and passed on to
+// Config.Breaker.OnStateChange.
+func (r *Reconciler) newNode(addr string) (*node, error) {
+	n := &node{addr: addr}
+	bc := r.cfg.Breaker
+	if addr != "" {
+		name := bc.Name
+		if name == "" {
+			name = breaker.DefaultName
+		}
+		bc.Name = name + " " + addr
+	}
+	user := bc.OnStateChange
+	bc.OnStateChange = func(from, to breaker.State) {
+		if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
+			if was {
+				r.ndegraded.Add(-1)
+			} else {
+				r.ndegraded.Add(1)
+			}
+		}
+		r.stats.countTransition(from, to)
+		r.logTransition(n, from, to)
+		if user != nil {
+			user(from, to)
+		}
+	}
+	var err error
+	if n.br, err = breaker.New(bc); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// done is a context that has ended: a lookup under it never waits.
+var done = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// nodeOf returns the node that holds the bucket of key. It asks the Router,
+// which may load the cluster's layout within ctx the first time; a key
+// whose node is not known goes to the default node.
+func (r *Reconciler) nodeOf(ctx context.Context, key string) *node {
+	if r.router == nil {
+		return r.def
+	}
+	return r.node(r.router.Node(ctx, key))
+}
+
+// node returns the node of addr, made the first time it is asked for.
+func (r *Reconciler) node(addr string) *node {
+	if addr == "" {
+		return r.def
+	}
+	if n, ok := (*r.nodes.Load())[addr]; ok {
+		return n
+	}
+	r.nodeMu.Lock()
+	defer r.nodeMu.Unlock()
+	m := *r.nodes.Load()
+	if n, ok := m[addr]; ok {
+		return n
+	}
+	n, err := r.newNode(addr)
+	if err != nil { // the config was checked by New: not reached
+		return r.def
+	}
+	next := make(map[string]*node, len(m)+1)
+	for a, v := range m {
+		next[a] = v
+	}
+	next[addr] = n
+	r.nodes.Store(&next)
+	return n
+}
+
+// nodeStates returns the state of every node's breaker, sorted by address:
+// the default node (address "") first, then those of a Redis Cluster.
+func (r *Reconciler) nodeStates() []NodeState {
+	m := *r.nodes.Load()
+	s := make([]NodeState, 0, len(m)+1)
+	s = append(s, NodeState{Breaker: r.def.br.State()})
+	for addr, n := range m {
+		s = append(s, NodeState{Addr: addr, Breaker: n.br.State()})
+	}
+	slices.SortFunc(s[1:], func(a, b NodeState) int { return strings.Compare(a.Addr, b.Addr) })
+	return s
+}
+
+// worst returns the state of the breaker that is furthest from closed: open
+// if any is, else half-open if any is, else closed.
+func worst(s []NodeState) breaker.State {
+	w := breaker.Closed
+	for _, n := range s {
+		if n.Breaker == breaker.Open || n.Breaker == breaker.HalfOpen && w == breaker.Closed {
+			w = n.Breaker
+		}
+	}
+	return w
+}
+
+// Degraded reports whether the breaker of some Redis node is open or
+// probing: decisions for that node's keys that need Redis are then made
+// locally, by the fallback policy. On a single Redis there is one breaker.
+func (r *Reconciler) Degraded() bool { return r.ndegraded.Load() > 0 }
+
+// DegradedKey reports whether the breaker of the node that holds key's
+// bucket is open or probing, as far as known without waiting: a key whose
+// node is not known yet is not degraded (its first call finds out).
+func (r *Reconciler) DegradedKey(key string) bool {
+	if r.ndegraded.Load() == 0 {
+		return false // every breaker is closed: no lookup
+	}
+	return r.nodeOf(done, key).degraded.Load()
+}
+
+// Do calls f through the breaker of the node that holds key's bucket, as
+// breaker.Breaker.Do does: the way a decision that needs Redis (an exact
+// limit) makes its call.
+func (r *Reconciler) Do(ctx context.Context, key string, f func(ctx context.Context) error) error {
+	n := r.def
+	if r.router != nil {
+		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		n = r.nodeOf(lctx, key)
+		cancel()
+	}
+	return n.br.Do(ctx, f)
+}
+
+// Breaker returns the circuit breaker around the calls to a single Redis,
+// and on a Redis Cluster around those whose node is not known; each node of
+// a Cluster has a breaker of its own besides (see Stats.Nodes).
+func (r *Reconciler) Breaker() *breaker.Breaker { return r.def.br }
