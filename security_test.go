@@ -538,7 +538,8 @@ func TestAuthPassword(t *testing.T) {
 // TestAuthACL: a Limiter works through an ACL user allowed the key pattern
 // "hybrid:*" and the commands of limiterCommands, and no others; each of
 // those commands is needed (a user without it fails one of a fetch, a
-// garbled bucket's reset, a heartbeat or a leave, with a permission error);
+// garbled bucket's reset, the pruning of old records, a heartbeat or a
+// leave, with a permission error);
 // a prefix outside the pattern and a wrong password fail cleanly; and
 // docs/design.md lists the same rules.
 func TestAuthACL(t *testing.T) {
@@ -565,11 +566,23 @@ func TestAuthACL(t *testing.T) {
 		if err := admin.Set(ctx, g.Key("garbled-"+c), "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
+		// A bucket with 65 records of instances gone for 10 minutes: the
+		// next settlement with a sequence number prunes them.
+		crowded := []any{"t", "1000000", "ts", "1"}
+		for i := range 65 {
+			crowded = append(crowded, "q:gone"+strconv.Itoa(i), "1 0 0")
+		}
+		if err := admin.HSet(ctx, g.Key("crowded-"+c), crowded...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := global.Limit{Rate: 1, Burst: 1}.Micro()
+		var rep [1]global.Reply
+		err5 := g.Settle(ctx, []global.Settlement{{Key: "crowded-" + c, Limit: m, Consumed: micro, Instance: "me", Seq: 1}}, rep[:])
 		_, err1 := g.Allow(ctx, "new-"+c, global.Limit{Rate: 1, Burst: 1}, 1)
 		_, err2 := g.Allow(ctx, "garbled-"+c, global.Limit{Rate: 1, Burst: 1}, 1)
 		_, _, err3 := g.Heartbeat(ctx, "id", time.Second)
 		_, err4 := g.Leave(ctx, "id", time.Second)
-		err := errors.Join(err1, err2, err3, err4)
+		err := errors.Join(err1, err2, err3, err4, err5, rep[0].Err)
 		if err == nil {
 			t.Errorf("a user without %q ran the limiter: the command is not needed, drop it from the rules", c)
 			continue

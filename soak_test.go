@@ -249,8 +249,10 @@ func TestManyKeys(t *testing.T) {
 	if err := l.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if st := l.Stats(); st.Reconcile.Uncertain > 0 {
-		t.Fatalf("%d settlements timed out after they may have been applied: the charges below cannot be exact; stats %+v", st.Reconcile.Uncertain, st)
+	if st := l.Stats(); st.Reconcile.DoubtsExpired > 0 {
+		t.Fatalf("%d settlements stayed in doubt until they were given up: the charges below cannot be exact; stats %+v", st.Reconcile.DoubtsExpired, st)
+	} else if st.Reconcile.Uncertain > 0 {
+		t.Logf("%d settlements timed out after they may have been applied; sent again, %d of them had been", st.Reconcile.Uncertain, st.Reconcile.Duplicates)
 	}
 
 	// Read every bucket back, on the server (a million round trips from

@@ -73,7 +73,9 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // BenchmarkSettle settles batches of 100 and 1,000 keys in one call on a
-// real redis-server: each key is charged, and takes an allowance.
+// real redis-server: each key is charged, and takes an allowance; with
+// seq=1 each settlement carries an Instance and a Seq, as a round's do (the
+// script then reads and writes the instance's record too).
 func BenchmarkSettle(b *testing.B) {
 	rdb := redistest.Client(b, redistest.Server(b))
 	l, err := global.New(rdb, global.Config{})
@@ -84,8 +86,12 @@ func BenchmarkSettle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, size := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("keys=%d", size), func(b *testing.B) {
+	for _, tc := range []struct {
+		size int
+		seq  bool
+	}{{100, false}, {100, true}, {1000, false}, {1000, true}} {
+		size := tc.size
+		b.Run(fmt.Sprintf("keys=%d/seq=%d", size, map[bool]int{false: 0, true: 1}[tc.seq]), func(b *testing.B) {
 			ctx := b.Context()
 			batch := make([]global.Settlement, size)
 			for i := range batch {
@@ -99,7 +105,14 @@ func BenchmarkSettle(b *testing.B) {
 			}
 			replies := make([]global.Reply, size)
 			b.ReportAllocs()
+			var seq int64
 			for b.Loop() {
+				if tc.seq {
+					seq++
+					for i := range batch {
+						batch[i].Instance, batch[i].Seq = "bench", seq
+					}
+				}
 				if err := l.Settle(ctx, batch, replies); err != nil {
 					b.Fatal(err)
 				}

@@ -98,6 +98,37 @@ func ExampleLimiter_Settle() {
 	// carol: granted 0.0, left -10.0 tokens
 }
 
+// A settlement with an Instance and a Seq is idempotent: when its reply is
+// lost, the caller sends it again as it was, and Redis, which had applied
+// it, answers with what it granted then and charges nothing more.
+func ExampleLimiter_Settle_resend() {
+	_, rdb, stop := exampleRedis(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	defer stop()
+	l, err := global.New(rdb, global.Config{})
+	if err != nil {
+		panic(err)
+	}
+	lim, err := global.Limit{Rate: 5, Burst: 10}.Micro()
+	if err != nil {
+		panic(err)
+	}
+	const tok = limit.Micro
+	batch := []global.Settlement{
+		{Key: "alice", Limit: lim, Consumed: 3 * tok, Want: 4 * tok, MinGrant: 1 * tok, Instance: "web-7f3a", Seq: 41},
+	}
+	replies := make([]global.Reply, len(batch))
+	for range 2 { // the second time as if the first reply was lost
+		if err := l.Settle(context.Background(), batch, replies); err != nil {
+			panic(err)
+		}
+		r := replies[0]
+		fmt.Printf("granted %.1f, left %.1f tokens, duplicate %v\n", float64(r.Granted)/tok, float64(r.Tokens)/tok, r.Duplicate)
+	}
+	// Output:
+	// granted 4.0, left 3.0 tokens, duplicate false
+	// granted 4.0, left 3.0 tokens, duplicate true
+}
+
 func ExampleLimiter_Key() {
 	l, err := global.New(redis.NewClient(&redis.Options{}), global.Config{})
 	if err != nil {

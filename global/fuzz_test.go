@@ -189,21 +189,23 @@ func replyValue(data []byte, depth int) (any, []byte) {
 
 // FuzzParseReply feeds the reply parsers every shape of value: they never
 // panic, an error wraps ErrReply and comes with the zero value, and a reply
-// they accept is within the bounds they promise.
+// they accept is within the bounds they promise (a duplicate only for a call
+// with a seq, never with a reset).
 func FuzzParseReply(f *testing.F) {
-	f.Fuzz(func(t *testing.T, burstTokens uint32, wantTokens uint32, minLive int8, data []byte) {
+	f.Fuzz(func(t *testing.T, burstTokens uint32, wantTokens uint32, minLive int8, dedup bool, data []byte) {
 		burst := int64(burstTokens%1_000_000+1) * 1_000_000
 		want := int64(wantTokens) % (burst + 1)
 		v, _ := replyValue(data, 0)
 
-		r, err := parseReply(v, burst, want)
+		r, err := parseReply(v, burst, want, dedup)
 		if err != nil {
 			if !errors.Is(err, ErrReply) || r != (Reply{}) {
 				t.Fatalf("parseReply(%#v) = %+v, %v; want the zero Reply and ErrReply", v, r, err)
 			}
 		} else if r.Granted < 0 || r.Granted > want || r.Tokens < -burst || r.Tokens > burst ||
-			r.Now.UnixMicro() < 0 || r.Now.UnixMicro() > maxAmount || r.Err != nil {
-			t.Fatalf("parseReply(%#v, burst %d, want %d) = %+v: out of bounds", v, burst, want, r)
+			r.Now.UnixMicro() < 0 || r.Now.UnixMicro() > maxAmount || r.Err != nil ||
+			r.Duplicate && (!dedup || r.Reset) {
+			t.Fatalf("parseReply(%#v, burst %d, want %d, dedup %v) = %+v: out of bounds", v, burst, want, dedup, r)
 		}
 
 		ml := int64(max(minLive, 0))
@@ -226,12 +228,17 @@ func FuzzSettleWire(f *testing.F) {
 	f.Fuzz(settleWire)
 }
 
-// settleWire is one run of FuzzSettleWire: Settle and Heartbeat on a
-// server whose first answer to a script call is raw.
-func settleWire(t *testing.T, raw []byte) {
-	if declaresHuge(raw) {
-		return
-	}
+// wireBatch is the settlement round of FuzzSettleWire: two keys without a
+// seq, one with.
+var wireBatch = []Settlement{
+	{Key: "a", Limit: MicroLimit{Rate: 1_000_000, Burst: 10_000_000}, Consumed: 1_000_000, Want: 2_000_000},
+	{Key: "b", Limit: MicroLimit{Rate: 1_000_000, Burst: 10_000_000}, Want: 5_000_000, MinGrant: 1_000_000, Quantum: 1_000_000},
+	{Key: "c", Limit: MicroLimit{Rate: 1_000_000, Burst: 10_000_000}, Returned: 1_000_000, Want: 3_000_000, Instance: "fuzz-1", Seq: 7},
+}
+
+// wireLimiter returns a Limiter on a fake server whose first answer to a
+// script call is raw, and a function that closes its client.
+func wireLimiter(t *testing.T, raw []byte) (*Limiter, func()) {
 	rdb := redis.NewClient(&redis.Options{
 		Addr: "127.0.0.1:1", // an IP: go-redis looks a host name up in DNS
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
@@ -243,31 +250,39 @@ func settleWire(t *testing.T, raw []byte) {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	defer rdb.Close()
 	l, err := New(rdb, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := MicroLimit{Rate: 1_000_000, Burst: 10_000_000}
-	batch := []Settlement{
-		{Key: "a", Limit: m, Consumed: 1_000_000, Want: 2_000_000},
-		{Key: "b", Limit: m, Want: 5_000_000, MinGrant: 1_000_000, Quantum: 1_000_000},
+	return l, func() { rdb.Close() }
+}
+
+// settleWire is one run of FuzzSettleWire: Settle and Heartbeat on a
+// server whose first answer to a script call is raw.
+func settleWire(t *testing.T, raw []byte) {
+	if declaresHuge(raw) {
+		return
 	}
+	l, stop := wireLimiter(t, raw)
+	defer stop()
+	batch := wireBatch
 	replies := make([]Reply, len(batch))
 	ctx := context.Background()
-	err = l.Settle(ctx, batch, replies)
+	err := l.Settle(ctx, batch, replies)
 	for i, r := range replies {
 		if r.Err != nil {
-			if r.Granted != 0 || r.Tokens != 0 || !r.Now.IsZero() {
+			if r.Granted != 0 || r.Tokens != 0 || !r.Now.IsZero() || r.Reset || r.Duplicate {
 				t.Fatalf("reply %d = %+v: values with an error", i, r)
 			}
 			continue
 		}
-		if r.Granted < 0 || r.Granted > batch[i].Want || r.Tokens < -m.Burst || r.Tokens > m.Burst {
+		m := batch[i].Limit
+		if r.Granted < 0 || r.Granted > batch[i].Want || r.Tokens < -m.Burst || r.Tokens > m.Burst ||
+			r.Duplicate && (batch[i].Seq == 0 || r.Reset) {
 			t.Fatalf("reply %d = %+v for %+v: out of bounds (Settle error %v)", i, r, batch[i], err)
 		}
 	}
-	if err != nil && replies[0].Err == nil && replies[1].Err == nil {
+	if err != nil && replies[0].Err == nil && replies[1].Err == nil && replies[2].Err == nil {
 		t.Fatalf("Settle = %v with no key's error set", err)
 	}
 	live, now, err := l.Heartbeat(ctx, "fuzz", time.Second)

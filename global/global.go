@@ -64,7 +64,7 @@ var (
 	ErrInvalidKey   = limit.ErrInvalidKey
 )
 
-// ErrReply means the script answered with something other than four
+// ErrReply means the script answered with something other than five
 // integers in range. It is wrapped with the reply that was received.
 var ErrReply = errors.New("garbled script reply")
 
@@ -150,12 +150,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Re
 	// want == min_grant == cost: all or nothing, with nothing to round.
 	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost, 1).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 4 integers", ErrReply)
+		err = fmt.Errorf("%w: got nil, want 5 integers", ErrReply)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
-	r, err := parseReply(v, m.Burst, cost)
+	r, err := parseReply(v, m.Burst, cost, false)
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
@@ -194,18 +194,19 @@ func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
 	return res
 }
 
-// parseReply reads the script's reply {granted, tokens, now_us, reset} for
-// a bucket of burst micro-tokens and a request of want. It never panics:
+// parseReply reads the script's reply {granted, tokens, now_us, reset, dup}
+// for a bucket of burst micro-tokens and a request of want, sent with a seq
+// if dedup (a reply without one cannot be a duplicate). It never panics:
 // anything else is an error wrapping ErrReply.
-func parseReply(v any, burst, want int64) (Reply, error) {
+func parseReply(v any, burst, want int64, dedup bool) (Reply, error) {
 	a, ok := v.([]any)
 	if !ok {
-		return Reply{}, fmt.Errorf("%w: got %T, want 4 integers", ErrReply, v)
+		return Reply{}, fmt.Errorf("%w: got %T, want 5 integers", ErrReply, v)
 	}
-	if len(a) != 4 {
-		return Reply{}, fmt.Errorf("%w: got %d values, want 4 integers", ErrReply, len(a))
+	if len(a) != 5 {
+		return Reply{}, fmt.Errorf("%w: got %d values, want 5 integers", ErrReply, len(a))
 	}
-	var x [4]int64
+	var x [5]int64
 	for i, e := range a {
 		n, ok := e.(int64)
 		if !ok {
@@ -213,7 +214,7 @@ func parseReply(v any, burst, want int64) (Reply, error) {
 		}
 		x[i] = n
 	}
-	granted, tokens, now, reset := x[0], x[1], x[2], x[3]
+	granted, tokens, now, reset, dup := x[0], x[1], x[2], x[3], x[4]
 	switch {
 	case granted < 0 || granted > want:
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
@@ -223,6 +224,12 @@ func parseReply(v any, burst, want int64) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
 	case reset != 0 && reset != 1:
 		return Reply{}, fmt.Errorf("%w: reset %d is neither 0 nor 1", ErrReply, reset)
+	case dup != 0 && dup != 1:
+		return Reply{}, fmt.Errorf("%w: dup %d is neither 0 nor 1", ErrReply, dup)
+	case dup == 1 && reset == 1:
+		return Reply{}, fmt.Errorf("%w: dup and reset both 1", ErrReply)
+	case dup == 1 && !dedup:
+		return Reply{}, fmt.Errorf("%w: dup 1 for a call without a seq", ErrReply)
 	}
-	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1}, nil
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup == 1}, nil
 }

@@ -272,6 +272,15 @@ func TestSettleInvalid(t *testing.T) {
 		{"negative quantum", global.Settlement{Key: "k", Limit: lim, Want: M, Quantum: -1}, global.ErrInvalidCost},
 		{"quantum above burst", global.Settlement{Key: "k", Limit: lim, Want: 20 * M, Quantum: 10*M + 1}, global.ErrInvalidCost},
 		{"min grant above want in quanta", global.Settlement{Key: "k", Limit: lim, Want: 5*M + M/2, MinGrant: 5*M + 1, Quantum: M}, global.ErrInvalidCost},
+		{"instance missing with a seq", global.Settlement{Key: "k", Limit: lim, Seq: 1}, global.ErrInvalidKey},
+		{"instance too long", global.Settlement{Key: "k", Limit: lim, Instance: strings.Repeat("i", global.MaxInstance+1), Seq: 1}, global.ErrInvalidKey},
+		{"instance with a space", global.Settlement{Key: "k", Limit: lim, Instance: "a b", Seq: 1}, global.ErrInvalidKey},
+		{"instance with a colon", global.Settlement{Key: "k", Limit: lim, Instance: "a:b", Seq: 1}, global.ErrInvalidKey},
+		{"instance with a brace", global.Settlement{Key: "k", Limit: lim, Instance: "{a}", Seq: 1}, global.ErrInvalidKey},
+		{"instance with a NUL", global.Settlement{Key: "k", Limit: lim, Instance: "a\x00", Seq: 1}, global.ErrInvalidKey},
+		{"instance not ASCII", global.Settlement{Key: "k", Limit: lim, Instance: "é", Seq: 1}, global.ErrInvalidKey},
+		{"seq negative", global.Settlement{Key: "k", Limit: lim, Instance: "a", Seq: -1}, global.ErrInvalidKey},
+		{"seq 2^53", global.Settlement{Key: "k", Limit: lim, Instance: "a", Seq: 1 << 53}, global.ErrInvalidKey},
 	}
 	b := newMiniredis(t)
 	l := newLimiter(t, b)
@@ -287,6 +296,24 @@ func TestSettleInvalid(t *testing.T) {
 		}
 		if n := b.m.CommandCount() - before; n != 0 {
 			t.Errorf("%s: Redis saw %d commands, want 0", tt.name, n)
+		}
+		for _, field := range []string{"instance", "seq"} {
+			if strings.HasPrefix(tt.name, field+" ") && !strings.Contains(fmt.Sprint(replies[0].Err), field+" ") {
+				t.Errorf("%s: Reply.Err = %v, want it to name the %s", tt.name, replies[0].Err, field)
+			}
+		}
+	}
+
+	// The bounds of Instance and Seq are valid, and Instance alone (no
+	// Seq) is not looked at.
+	for _, s := range []global.Settlement{
+		{Key: "k", Limit: lim, Instance: strings.Repeat("i", global.MaxInstance), Seq: 1},
+		{Key: "k", Limit: lim, Instance: "azAZ09_.-", Seq: 1<<53 - 1},
+		{Key: "k", Limit: lim, Instance: "not { valid }"},
+	} {
+		replies := make([]global.Reply, 1)
+		if err := l.Settle(ctx, []global.Settlement{s}, replies); err != nil || replies[0].Err != nil {
+			t.Errorf("Settle(instance %q, seq %d) = %v, %v; want nil", s.Instance, s.Seq, err, replies[0].Err)
 		}
 	}
 

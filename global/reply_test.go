@@ -12,62 +12,81 @@ func TestParseReply(t *testing.T) {
 		want  = 1_000_000
 		now   = 1_900_000_000_000_000 // µs
 	)
+	i := func(v int64) any { return v }
 	tests := []struct {
-		name string
-		v    any
-		ok   bool
+		name  string
+		v     any
+		dedup bool // the call had a seq
+		ok    bool
 	}{
-		{"valid", []any{int64(want), int64(9_000_000), int64(now), int64(0)}, true},
-		{"valid debt", []any{int64(0), int64(-burst), int64(0), int64(0)}, true},
-		{"valid reset", []any{int64(want), int64(burst - want), int64(now), int64(1)}, true},
-		{"nil", nil, false},
-		{"string", "OK", false},
-		{"integer", int64(1), false},
-		{"empty", []any{}, false},
-		{"two values", []any{int64(0), int64(0)}, false},
-		{"three values", []any{int64(0), int64(0), int64(now)}, false},
-		{"five values", []any{int64(0), int64(0), int64(0), int64(0), int64(0)}, false},
-		{"nil values", []any{nil, nil, nil, nil}, false},
-		{"string values", []any{"1", "2", "3", "0"}, false},
-		{"int, not int64", []any{0, 0, 0, 0}, false},
-		{"float", []any{int64(0), 1.5, int64(now), int64(0)}, false},
-		{"nested", []any{[]any{int64(0)}, int64(0), int64(now), int64(0)}, false},
-		{"int64 slice", []int64{0, 0, now, 0}, false},
-		{"map", map[any]any{"granted": int64(0)}, false},
-		{"negative granted", []any{int64(-1), int64(0), int64(now), int64(0)}, false},
-		{"granted above want", []any{int64(want + 1), int64(0), int64(now), int64(0)}, false},
-		{"tokens above burst", []any{int64(0), int64(burst + 1), int64(now), int64(0)}, false},
-		{"tokens below -burst", []any{int64(0), int64(-burst - 1), int64(now), int64(0)}, false},
-		{"negative now", []any{int64(0), int64(0), int64(-1), int64(0)}, false},
-		{"now beyond 2^53", []any{int64(0), int64(0), int64(1 << 53), int64(0)}, false},
-		{"reset 2", []any{int64(0), int64(0), int64(now), int64(2)}, false},
-		{"reset -1", []any{int64(0), int64(0), int64(now), int64(-1)}, false},
-		{"reset string", []any{int64(0), int64(0), int64(now), "1"}, false},
-		{"error value", []any{errors.New("x"), int64(0), int64(now), int64(0)}, false},
+		{"valid", []any{i(want), i(9_000_000), i(now), i(0), i(0)}, false, true},
+		{"valid debt", []any{i(0), i(-burst), i(0), i(0), i(0)}, false, true},
+		{"valid reset", []any{i(want), i(burst - want), i(now), i(1), i(0)}, false, true},
+		{"valid with a seq", []any{i(want), i(9_000_000), i(now), i(0), i(0)}, true, true},
+		{"valid reset with a seq", []any{i(want), i(burst - want), i(now), i(1), i(0)}, true, true},
+		{"valid duplicate", []any{i(want), i(9_000_000), i(now), i(0), i(1)}, true, true},
+		{"valid superseded duplicate", []any{i(0), i(-burst), i(now), i(0), i(1)}, true, true},
+		{"nil", nil, false, false},
+		{"string", "OK", false, false},
+		{"integer", i(1), false, false},
+		{"empty", []any{}, false, false},
+		{"two values", []any{i(0), i(0)}, false, false},
+		{"three values", []any{i(0), i(0), i(now)}, false, false},
+		{"four values, the old reply", []any{i(0), i(0), i(now), i(0)}, false, false},
+		{"four values with a seq", []any{i(0), i(0), i(now), i(0)}, true, false},
+		{"six values", []any{i(0), i(0), i(now), i(0), i(0), i(0)}, true, false},
+		{"nil values", []any{nil, nil, nil, nil, nil}, false, false},
+		{"string values", []any{"1", "2", "3", "0", "0"}, false, false},
+		{"int, not int64", []any{0, 0, 0, 0, 0}, false, false},
+		{"float", []any{i(0), 1.5, i(now), i(0), i(0)}, false, false},
+		{"nested", []any{[]any{i(0)}, i(0), i(now), i(0), i(0)}, false, false},
+		{"int64 slice", []int64{0, 0, now, 0, 0}, false, false},
+		{"map", map[any]any{"granted": i(0)}, false, false},
+		{"negative granted", []any{i(-1), i(0), i(now), i(0), i(0)}, false, false},
+		{"granted above want", []any{i(want + 1), i(0), i(now), i(0), i(0)}, false, false},
+		{"duplicate granted above want", []any{i(want + 1), i(0), i(now), i(0), i(1)}, true, false},
+		{"tokens above burst", []any{i(0), i(burst + 1), i(now), i(0), i(0)}, false, false},
+		{"tokens below -burst", []any{i(0), i(-burst - 1), i(now), i(0), i(0)}, false, false},
+		{"negative now", []any{i(0), i(0), i(-1), i(0), i(0)}, false, false},
+		{"now beyond 2^53", []any{i(0), i(0), i(1 << 53), i(0), i(0)}, false, false},
+		{"reset 2", []any{i(0), i(0), i(now), i(2), i(0)}, false, false},
+		{"reset -1", []any{i(0), i(0), i(now), i(-1), i(0)}, false, false},
+		{"reset string", []any{i(0), i(0), i(now), "1", i(0)}, false, false},
+		{"dup 2", []any{i(0), i(0), i(now), i(0), i(2)}, true, false},
+		{"dup -1", []any{i(0), i(0), i(now), i(0), i(-1)}, true, false},
+		{"dup string", []any{i(0), i(0), i(now), i(0), "1"}, true, false},
+		{"dup nil", []any{i(0), i(0), i(now), i(0), nil}, true, false},
+		{"dup with reset", []any{i(0), i(burst), i(now), i(1), i(1)}, true, false},
+		{"dup without a seq", []any{i(want), i(0), i(now), i(0), i(1)}, false, false},
+		{"error value", []any{errors.New("x"), i(0), i(now), i(0), i(0)}, false, false},
 	}
 	for _, tt := range tests {
-		r, err := parseReply(tt.v, burst, want)
+		r, err := parseReply(tt.v, burst, want, tt.dedup)
 		if tt.ok {
 			if err != nil {
-				t.Errorf("%s: parseReply(%v) = %v, want nil", tt.name, tt.v, err)
+				t.Errorf("%s: parseReply(%v, dedup %v) = %v, want nil", tt.name, tt.v, tt.dedup, err)
 			}
 			continue
 		}
 		if !errors.Is(err, ErrReply) {
-			t.Errorf("%s: parseReply(%v) = %+v, %v; want %v", tt.name, tt.v, r, err, ErrReply)
+			t.Errorf("%s: parseReply(%v, dedup %v) = %+v, %v; want %v", tt.name, tt.v, tt.dedup, r, err, ErrReply)
 		}
 		if r != (Reply{}) {
-			t.Errorf("%s: parseReply(%v) = %+v with the error, want a zero Reply", tt.name, tt.v, r)
+			t.Errorf("%s: parseReply(%v, dedup %v) = %+v with the error, want a zero Reply", tt.name, tt.v, tt.dedup, r)
 		}
 	}
 
-	r, err := parseReply([]any{int64(want), int64(-5), int64(now), int64(0)}, burst, want)
+	r, err := parseReply([]any{i(want), i(-5), i(now), i(0), i(0)}, burst, want, false)
 	if wantR := (Reply{Granted: want, Tokens: -5, Now: time.UnixMicro(now)}); err != nil || r != wantR {
 		t.Errorf("parseReply = %+v, %v; want %+v", r, err, wantR)
 	}
-	r, err = parseReply([]any{int64(0), int64(burst), int64(now), int64(1)}, burst, want)
+	r, err = parseReply([]any{i(0), i(burst), i(now), i(1), i(0)}, burst, want, false)
 	if wantR := (Reply{Tokens: burst, Now: time.UnixMicro(now), Reset: true}); err != nil || r != wantR {
 		t.Errorf("parseReply(reset) = %+v, %v; want %+v", r, err, wantR)
+	}
+	r, err = parseReply([]any{i(want), i(3), i(now), i(0), i(1)}, burst, want, true)
+	if wantR := (Reply{Granted: want, Tokens: 3, Now: time.UnixMicro(now), Duplicate: true}); err != nil || r != wantR {
+		t.Errorf("parseReply(dup) = %+v, %v; want %+v", r, err, wantR)
 	}
 }
 

@@ -33,7 +33,31 @@ type Settlement struct {
 	// is left stays in Redis), so that a caller whose costs are whole tokens
 	// never holds a fraction it cannot spend. 0 means 1 (no rounding).
 	Quantum int64
+	// Instance names the caller for de-duplication: 1 to MaxInstance bytes
+	// of [0-9A-Za-z_.-]. It is used only with a Seq, and must be unique to
+	// the process: one that restarts under an old name must not start its
+	// Seq below what the old one sent (start from the wall clock in
+	// microseconds, say), or its settlements read as duplicates.
+	Instance string
+	// Seq makes the settlement idempotent: sent again after its reply was
+	// lost, it is not applied twice, and its Reply says Duplicate. 0 means
+	// no de-duplication (every call is applied); otherwise Seq is in
+	// [1, 2^53) and the caller keeps three rules. The Seqs of one Instance
+	// only increase, one counter over all keys. A settlement sent again is
+	// the same Settlement, every field alike. A key gets no settlement with
+	// a higher Seq while one with a lower Seq is in doubt (sent, no reply):
+	// that one is sent again first, since a lower Seq than the last applied
+	// one reads as a duplicate. Redis forgets a key's Seqs when the key
+	// expires (its bucket is full again) and prunes those more than 10
+	// minutes old: a settlement sent again later than that may be applied
+	// twice, which gives Returned back twice. So one with Returned above 0
+	// is sent again for a few minutes at most, and then replaced by a new
+	// one (a new Seq) that charges its Consumed and gives nothing back.
+	Seq int64
 }
+
+// MaxInstance is the longest Settlement.Instance, in bytes.
+const MaxInstance = 64
 
 // Reply is the outcome of one Settlement.
 type Reply struct {
@@ -50,6 +74,13 @@ type Reply struct {
 	// fields) and that the script replaced it with a full bucket before
 	// the settlement: the bucket's past was lost, as after a FLUSHALL.
 	Reset bool
+	// Duplicate reports that the settlement had been applied already, by
+	// an earlier call with the same Instance and Seq whose reply was lost,
+	// and that this one changed nothing: Granted is what that call granted
+	// (0 if a settlement of the key with a higher Seq was applied since),
+	// and Tokens is the bucket now. It is never true with Reset, nor for a
+	// Settlement without a Seq.
+	Duplicate bool
 	// Err is this key's error alone: an invalid Settlement (not sent), a
 	// Redis error for this key (such as a script error), a reply wrapping
 	// ErrReply, or the round trip failing. If Err is not nil the other
@@ -66,6 +97,10 @@ type Reply struct {
 // The others are sent with EVALSHA; those that Redis answers with NOSCRIPT
 // (after a restart, a failover or SCRIPT FLUSH) are sent again in a second
 // pipeline with EVAL.
+//
+// A Settlement with a Seq is idempotent: when its reply is lost (a timeout,
+// a connection killed after Redis ran it), the caller sends it again as it
+// was, and Redis applies it only if it had not yet: see Settlement.Seq.
 //
 // A key's own failure goes into its Reply.Err and does not affect the
 // others. Settle returns an error only when commands did not get a reply
@@ -121,9 +156,9 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		s := &batch[i]
 		v, err := cmd.Result()
 		if errors.Is(err, redis.Nil) {
-			err = fmt.Errorf("%w: got nil, want 4 integers", ErrReply)
+			err = fmt.Errorf("%w: got nil, want 5 integers", ErrReply)
 		} else if err == nil {
-			replies[i], err = parseReply(v, s.Limit.Burst, s.Want)
+			replies[i], err = parseReply(v, s.Limit.Burst, s.Want, s.Seq > 0)
 		} else if !isReply(err) {
 			if failed == nil {
 				failed = err
@@ -140,9 +175,14 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	return nil
 }
 
-// args returns the script's ARGV for s.
+// args returns the script's ARGV for s: 7 values, then Instance and Seq if
+// s has a Seq.
 func (s *Settlement) args() []any {
-	return []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1)}
+	a := []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1)}
+	if s.Seq > 0 {
+		a = append(a, s.Instance, s.Seq)
+	}
+	return a
 }
 
 // check validates s as the script requires, with the bounds of package limit.
@@ -176,7 +216,28 @@ func (s *Settlement) check() error {
 		// The grant is at most Want rounded down to a quantum.
 		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d rounded down to quantum %d", ErrInvalidCost, s.MinGrant, s.Want, s.Quantum)
 	}
+	if s.Seq < 0 || s.Seq > maxAmount {
+		return fmt.Errorf("%w: seq %d is outside [0, 2^53)", ErrInvalidKey, s.Seq)
+	}
+	if s.Seq > 0 && !validInstance(s.Instance) {
+		return fmt.Errorf("%w: instance %.80q is not 1 to %d bytes of [0-9A-Za-z_.-]", ErrInvalidKey, s.Instance, MaxInstance)
+	}
 	return nil
+}
+
+// validInstance reports whether id is a valid Settlement.Instance.
+func validInstance(id string) bool {
+	if len(id) < 1 || len(id) > MaxInstance {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // errNotSent marks a command that was never sent, so got no reply.

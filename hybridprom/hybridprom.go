@@ -83,6 +83,7 @@ type descs struct {
 
 	rounds, roundErrors, roundTrip, roundTripMax         *prometheus.Desc
 	keysSettled, keyErrors, uncertain, resets            *prometheus.Desc
+	duplicates, doubtsExpired                            *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
@@ -118,7 +119,9 @@ func New(src Source, cfg Config) (*Collector, error) {
 		roundTripMax:     desc("settlement_round_trip_max_seconds", "The longest settlement call Redis answered since the Limiter started."),
 		keysSettled:      desc("settled_keys_total", "Keys settled with Redis, in rounds and fetches."),
 		keyErrors:        desc("settle_key_errors_total", "Key settlements that failed; what they carried was kept for a later round."),
-		uncertain:        desc("uncertain_give_backs_total", "Failed settlements that may have been applied: the lease they gave back was not put back."),
+		uncertain:        desc("uncertain_settlements_total", "Settlements that got no reply, so may have been applied: each is sent again until a reply tells."),
+		duplicates:       desc("duplicate_settlements_total", "Settlements sent again that Redis had applied already: charges not made twice."),
+		doubtsExpired:    desc("expired_doubts_total", "Settlements still in doubt after 5 minutes, given up: consumption charged anew, give-back dropped."),
 		resets:           desc("bucket_resets_total", "Buckets Redis held unreadable (another type, garbled fields), replaced by full ones."),
 		fetches:          desc("fetches_total", "Round trips made for requests that waited (shared by concurrent requests for a key)."),
 		fetchErrors:      desc("fetch_errors_total", "Fetches that failed."),
@@ -159,7 +162,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{
 		d.decisions, d.fetchWaits, d.refunds, d.exactErrors, d.fallbackConsumed,
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
-		d.keysSettled, d.keyErrors, d.uncertain, d.resets,
+		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors,
 		d.transitions, d.breakerState, d.nodeState, d.degraded,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys,
@@ -211,6 +214,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.keysSettled, r.KeysSettled)
 	counter(d.keyErrors, r.KeyErrors)
 	counter(d.uncertain, r.Uncertain)
+	counter(d.duplicates, r.Duplicates)
+	counter(d.doubtsExpired, r.DoubtsExpired)
 	counter(d.resets, r.Resets+s.ExactResets)
 	counter(d.fetches, r.Fetches)
 	counter(d.fetchErrors, r.FetchErrors)

@@ -11,8 +11,10 @@ import _ "embed"
 // it refills the bucket from Redis TIME, takes back returned, charges
 // consumed, grants up to want in whole quanta (or nothing if that is less
 // than min_grant), writes the bucket with a TTL and replies
-// {granted, tokens, now_us, reset}. A key it cannot read (another type, or
-// garbled fields) is replaced by a full bucket, with reset 1.
+// {granted, tokens, now_us, reset, dup}. A key it cannot read (another type,
+// or garbled fields) is replaced by a full bucket, with reset 1. With two
+// more ARGV, instance and seq, a call is applied once: sent again, it
+// changes nothing and replies dup 1 with what it granted the first time.
 //
 //go:embed settle.lua
 var Settle string

@@ -2,15 +2,24 @@
 --
 -- It serves both a settlement round (charge what was spent, take back what
 -- was not, grant what is wanted next) and the exact limiter (grant all of a
--- cost or nothing).
+-- cost or nothing). A call that names its instance and a sequence number is
+-- idempotent: sent again after its reply was lost, it is not applied twice.
 --
 -- KEYS[1]  the bucket, e.g. "hybrid:{user42}": a hash with fields
---            t   tokens, in micro-tokens, in [-burst, burst]
---            ts  the Redis time of t, in microseconds
---          A missing key is a full bucket. A key that holds another type,
---          or a hash whose t or ts is unreadable, is deleted and replaced by
---          a full bucket (reset = 1 in the reply): it never stays stuck.
+--            t             tokens, in micro-tokens, in [-burst, burst]
+--            ts            the Redis time of t, in microseconds
+--            q:<instance>  "<seq> <granted> <now_us>": the last call of
+--                          that instance applied to this key, what it
+--                          granted and the Redis time it was applied at
+--            p             the number of fields after the last prune
+--          A missing key is a full bucket with no records. A key that holds
+--          another type, or a hash whose t or ts is unreadable (whatever
+--          other fields it has), is deleted and replaced by a full bucket
+--          (reset = 1 in the reply): it never stays stuck. An unreadable
+--          q: record counts as no record, and an unreadable or missing p as
+--          0; neither is a reset.
 -- ARGV     rate, burst, consumed, returned, want, min_grant, quantum
+--          and, to de-duplicate, instance and seq (7 or 9 arguments)
 --            rate       micro-tokens per second, an integer in [1, 2^50]
 --            burst      micro-tokens, an integer in [1, 2^50]
 --            consumed   micro-tokens spent elsewhere, to charge (>= 0)
@@ -19,30 +28,70 @@
 --            min_grant  grant nothing rather than less than this (>= 0)
 --            quantum    micro-tokens; the grant is a whole number of these,
 --                       an integer in [1, 2^50] (1 does not round)
+--            instance   who sends the call: 1 to 64 bytes of [0-9A-Za-z_.-]
+--            seq        the call's sequence number, an integer in [1, 2^53)
 --          consumed, returned, want and min_grant are integers below 2^53.
--- returns  {granted, tokens, now_us, reset}, all integers:
+--          Without instance and seq every call is applied.
+-- returns  {granted, tokens, now_us, reset, dup}, all integers:
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
---                       a multiple of quantum
+--                       a multiple of quantum; for a duplicate, what the
+--                       call with the same seq granted, or 0 (see below)
 --            tokens     micro-tokens left after the step, in [-burst, burst]
 --            now_us     Redis TIME in microseconds
 --            reset      1 if KEYS[1] held something unreadable (another
 --                       type, garbled fields) and was replaced, else 0
+--            dup        1 if the call was a duplicate and changed nothing,
+--                       else 0; never 1 with reset 1
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read.
 --
 -- One step, with now from Redis TIME:
---   0. read t and ts; a missing key is {burst, now}, and so is a key that
---      cannot be read, which is deleted first (reset)
+--   0. read t, ts, p and the record q:<instance> (one HMGET); a missing key
+--      is {burst, now} with no records, and so is a key that cannot be
+--      read, which is deleted first (reset)
 --   1. refill: t = min(burst, t + floor(elapsed_us * rate / 1e6)); a clock
 --      that went back (failover) refills nothing and ts never moves back
+--   *. a duplicate (below) stops here: it writes nothing and replies the
+--      tokens of step 1, dup = 1
 --   2. t = min(burst, t + returned)
 --   3. t = max(-burst, t - consumed)
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
---   5. write t and ts, with a TTL that ends when the bucket is full again:
+--   5. write t and ts, and with a seq the record
+--      q:<instance> = "<seq> <granted> <now>", in one HSET; prune (below);
+--      set a TTL that ends when the bucket is full again:
 --      ceil((burst - t) * 1000 / rate) ms, at least 1 s, at most 2^43 ms
 --      (which keeps it valid on Redis and on miniredis, whose TTLs are
 --      time.Duration)
+--
+-- Duplicates. A caller that sends instance and seq promises that the seqs
+-- of one instance only increase (one counter over all keys), that a call it
+-- sends again is the same call byte for byte, and that it sends nothing for
+-- a key with a higher seq while a call for that key with a lower seq is in
+-- doubt (sent, no reply): it sends that one again first. With rec the
+-- record of the instance on the key:
+--   no rec, or seq > rec.seq  applied (steps 2 to 5), rec = {seq, granted,
+--                             now}
+--   seq == rec.seq            a duplicate: granted = rec.granted
+--   seq < rec.seq             a duplicate of a call superseded since:
+--                             granted = 0
+-- A key that is missing (expired, flushed, lost) or reset has no records,
+-- so any seq is applied: the state it would duplicate is gone. Such a
+-- bucket is full (a key expires only once its bucket is full again), so a
+-- call applied twice that way charges consumed twice and loses the first
+-- grant, which errs towards denying; what it returns is capped away.
+--
+-- Pruning, so that a hot key that never expires does not collect the
+-- records of instances long gone. After the HSET of step 5, if HLEN is
+-- above max(2 * p, 64) (or below p, which no prune leaves), every q: record
+-- whose now_us is more than 10 minutes before now, or that is unreadable,
+-- is deleted, and p is set to the number of fields left (p included):
+-- amortised O(1) per call. A call sent again more than 10 minutes after it
+-- was applied may find its record pruned and be applied twice: consumed is
+-- charged twice and the first grant is lost (towards denying), but returned
+-- is given back twice unless the bucket is full (towards admitting, by at
+-- most returned). A caller should not send a call again verbatim that long
+-- after it first sent it.
 --
 -- Lua numbers are doubles, exact for integers below 2^53. Every product
 -- below is split so that it stays exact, or is only compared against a bound
@@ -63,12 +112,16 @@ local MAX_AMOUNT = 9007199254740991  -- 2^53 - 1
 local MAX_TTL_MS = 8796093022208     -- 2^43 ms, about 278 years
 local EXACT = 9007199254740992       -- 2^53
 local MICRO = 1000000
+local MAX_INSTANCE = 64              -- bytes
+local PRUNE_AGE_US = 600000000       -- 10 minutes
+local PRUNE_MIN = 64                 -- fields
+local HDEL_CHUNK = 1000              -- fields per HDEL, well inside unpack's limit
 
 if #KEYS ~= 1 then
   return redis.error_reply('ERR hybrid: want 1 key, got ' .. #KEYS)
 end
-if #ARGV ~= 7 then
-  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum), got ' .. #ARGV)
+if #ARGV ~= 7 and #ARGV ~= 9 then
+  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. #ARGV)
 end
 
 local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
@@ -88,17 +141,53 @@ end
 local rate, burst, consumed, returned, want, min_grant, quantum =
   arg[1], arg[2], arg[3], arg[4], arg[5], arg[6], arg[7]
 
+-- The instance and seq of a call to de-duplicate; nil for 7 arguments.
+local instance, seq
+if #ARGV == 9 then
+  instance = ARGV[8]
+  if #instance < 1 or #instance > MAX_INSTANCE or not string.find(instance, '^[0-9A-Za-z_.%-]+$') then
+    return redis.error_reply('ERR hybrid: instance of ' .. #instance .. ' bytes is not 1 to ' ..
+      MAX_INSTANCE .. ' bytes of [0-9A-Za-z_.-]')
+  end
+  seq = tonumber(ARGV[9])
+  if seq == nil or seq ~= seq or seq < 1 or seq > MAX_AMOUNT or seq ~= math.floor(seq) then
+    return redis.error_reply('ERR hybrid: seq ' .. tostring(ARGV[9]) ..
+      ' is not an integer in [1, ' .. string.format('%.0f', MAX_AMOUNT) .. ']')
+  end
+end
+
+-- record parses a q: record "<seq> <granted> <now_us>"; nil if unreadable.
+local function record(v)
+  if not v then
+    return nil
+  end
+  local s, g, n = string.match(v, '^(%d+) (%d+) (%d+)$')
+  s, g, n = tonumber(s), tonumber(g), tonumber(n)
+  if s == nil or g == nil or n == nil or s < 1 or s > MAX_AMOUNT or
+      g > MAX_AMOUNT or n > MAX_AMOUNT then
+    return nil
+  end
+  return {seq = s, granted = g, now = n}
+end
+
 local key = KEYS[1]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
 
 -- 0. The state. Anything unreadable is replaced by a full bucket rather
 -- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
--- and a hash whose fields are not the script's. pcall, so that WRONGTYPE is
--- seen here; any other error is passed on.
+-- and a hash whose t and ts are not the script's. pcall, so that WRONGTYPE
+-- is seen here; any other error is passed on.
 local reset = 0
 local t, ts
-local state = redis.pcall('HMGET', key, 't', 'ts')
+local p, rec = 0, nil
+local rfield = instance and ('q:' .. instance)
+local state
+if rfield then
+  state = redis.pcall('HMGET', key, 't', 'ts', 'p', rfield)
+else
+  state = redis.pcall('HMGET', key, 't', 'ts', 'p')
+end
 if state.err then
   if not string.find(state.err, 'WRONGTYPE', 1, true) then
     return redis.error_reply(state.err)
@@ -109,11 +198,21 @@ else
   if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
       ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
     -- Missing (a full bucket, not a reset) unless the hash exists with
-    -- other fields, or with a field that is there but unreadable.
-    if state[1] or state[2] or redis.call('EXISTS', key) == 1 then
+    -- other fields (records, p, anything), or with a field that is there
+    -- but unreadable.
+    if state[1] or state[2] or state[3] or state[4] or redis.call('EXISTS', key) == 1 then
       reset = 1
     end
     t, ts = nil, nil
+  else
+    -- Only a readable bucket keeps its records and p.
+    local n = tonumber(state[3])
+    if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == math.floor(n) then
+      p = n
+    end
+    if rfield then
+      rec = record(state[4])
+    end
   end
 end
 if t == nil then
@@ -161,6 +260,16 @@ if now > ts then
   ts = now
 end
 
+-- A duplicate changes nothing: it replies what it was granted the first
+-- time (0 if superseded since) and the tokens as refilled, unwritten.
+if rec and seq <= rec.seq then
+  local granted = 0
+  if seq == rec.seq then
+    granted = rec.granted
+  end
+  return {granted, t, now, 0, 1}
+end
+
 -- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
 t = t + returned
 if t > burst then
@@ -202,7 +311,43 @@ if ttl < 1000 then
 elseif ttl > MAX_TTL_MS then
   ttl = MAX_TTL_MS
 end
-redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
+if rfield then
+  redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts),
+    rfield, string.format('%.0f %.0f %.0f', seq, granted, now))
+else
+  redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
+end
+
+-- Prune the records older than PRUNE_AGE_US (and unreadable ones) once the
+-- hash has more than doubled since the last prune: a prune reads every
+-- field, and more than half of them were added since, one record per call.
+-- Fields are only added between prunes, so a p above HLEN is wrong (written
+-- by someone else) and is mended by a prune too.
+local fields = redis.call('HLEN', key)
+if fields > math.max(2 * p, PRUNE_MIN) or p > fields then
+  local all = redis.call('HGETALL', key)
+  local old = {}
+  local hasP = false
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == 'p' then
+      hasP = true
+    elseif string.sub(f, 1, 2) == 'q:' then
+      local r = record(all[i + 1])
+      if r == nil or r.now < now - PRUNE_AGE_US then
+        old[#old + 1] = f
+      end
+    end
+  end
+  for i = 1, #old, HDEL_CHUNK do
+    redis.call('HDEL', key, unpack(old, i, math.min(i + HDEL_CHUNK - 1, #old)))
+  end
+  fields = fields - #old
+  if not hasP then
+    fields = fields + 1
+  end
+  redis.call('HSET', key, 'p', string.format('%.0f', fields))
+end
 redis.call('PEXPIRE', key, string.format('%.0f', ttl))
 
-return {granted, t, now, reset}
+return {granted, t, now, reset, 0}

@@ -45,6 +45,9 @@ func TestSettleRejectsArguments(t *testing.T) {
 		a[i] = v
 		return a
 	}
+	seq := func(instance, seq string) []string {
+		return append(append([]string(nil), ok...), instance, seq)
+	}
 	tests := []struct {
 		name string
 		keys []string
@@ -55,6 +58,24 @@ func TestSettleRejectsArguments(t *testing.T) {
 		{"two keys", []string{"{a}x", "{a}y"}, ok, "want 1 key"},
 		{"five args", []string{"k"}, ok[:5], "want 7 arguments"},
 		{"eight args", []string{"k"}, append(with(0, "1"), "1"), "want 7 arguments"},
+		{"ten args", []string{"k"}, append(seq("a", "1"), "1"), "or 9 (then instance, seq), got 10"},
+		{"instance empty", []string{"k"}, seq("", "1"), "instance of 0 bytes"},
+		{"instance 65 bytes", []string{"k"}, seq(strings.Repeat("a", 65), "1"), "instance of 65 bytes"},
+		{"instance space", []string{"k"}, seq("a b", "1"), "instance"},
+		{"instance colon", []string{"k"}, seq("a:b", "1"), "instance"},
+		{"instance brace", []string{"k"}, seq("a{b}", "1"), "instance"},
+		{"instance newline", []string{"k"}, seq("a\n", "1"), "instance"},
+		{"instance NUL", []string{"k"}, seq("a\x00", "1"), "instance"},
+		{"instance unicode", []string{"k"}, seq("é", "1"), "instance"},
+		{"instance percent", []string{"k"}, seq("a%d", "1"), "instance"},
+		{"seq zero", []string{"k"}, seq("a", "0"), "seq"},
+		{"seq negative", []string{"k"}, seq("a", "-1"), "seq"},
+		{"seq fraction", []string{"k"}, seq("a", "1.5"), "seq"},
+		{"seq 2^53", []string{"k"}, seq("a", "9007199254740992"), "seq"},
+		{"seq text", []string{"k"}, seq("a", "next"), "seq"},
+		{"seq empty", []string{"k"}, seq("a", ""), "seq"},
+		{"seq nan", []string{"k"}, seq("a", "nan"), "seq"},
+		{"bad amount before a good seq", []string{"k"}, append(with(4, "-1"), "a", "1"), "want"},
 		{"rate text", []string{"k"}, with(0, "fast"), "rate"},
 		{"rate zero", []string{"k"}, with(0, "0"), "rate"},
 		{"rate negative", []string{"k"}, with(0, "-5"), "rate"},
@@ -101,6 +122,13 @@ func TestSettleRejectsArguments(t *testing.T) {
 type model struct {
 	t, ts int64
 	ok    bool // false: the key is missing
+}
+
+// refilled returns the bucket as step would see it after its refill, for
+// a duplicate, which writes nothing: m is left alone.
+func (m model) refilled(now, rate, burst int64) int64 {
+	m.step(now, rate, burst, 0, 0, 0, 0, 1)
+	return m.t
 }
 
 // step applies one call at Redis time now and returns what the script must
@@ -150,6 +178,14 @@ func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quant
 	return granted, clamp(ttlLo), clamp(ttlHi)
 }
 
+// seqCall is a call with a seq, as it was sent.
+type seqCall struct {
+	instance string
+	seq      int64
+	args     []any // nil: no seq
+	granted  int64
+}
+
 // pick returns a random value from a mix of edge cases and uniform draws.
 func pick(r *rand.Rand, edges []int64, lo, hi int64) int64 {
 	if r.IntN(3) == 0 {
@@ -171,6 +207,8 @@ func TestSettleModel(t *testing.T) {
 		ctx := t.Context()
 		r := rand.New(rand.NewPCG(1, 2))
 		rq := rand.New(rand.NewPCG(3, 4)) // quanta, so that they leave the draws of r alone
+		rs := rand.New(rand.NewPCG(5, 6)) // seqs and re-sends, likewise
+		seqs := map[string]int64{"i-1": 0, "i.2": 1 << 40}
 		steps := 800
 		if testing.Short() {
 			steps = 200
@@ -180,6 +218,8 @@ func TestSettleModel(t *testing.T) {
 			var m model
 			rate := pick(r, rates, 1, maxLimit)
 			burst := pick(r, bursts, 1, maxLimit)
+			var sent []seqCall           // the calls with a seq applied to key
+			last := map[string]seqCall{} // by instance: its record
 			for i := range steps {
 				// Sometimes the stored state is overwritten: any tokens
 				// (even beyond the burst) and any age, or a time ahead.
@@ -235,23 +275,79 @@ func TestSettleModel(t *testing.T) {
 					quantum = 1 + rq.Int64N(min(want+1, maxLimit))
 				}
 
-				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, rate, burst, consumed, returned, want, minGrant, quantum).Result()
+				args := []any{rate, burst, consumed, returned, want, minGrant, quantum}
+				var call seqCall
+				switch rs.IntN(4) {
+				case 0: // no seq
+				case 1: // a call sent again, as it was
+					if len(sent) > 0 {
+						call = sent[rs.IntN(len(sent))]
+						break
+					}
+					fallthrough
+				default: // a new seq
+					call.instance = "i-1"
+					if rs.IntN(2) == 0 {
+						call.instance = "i.2"
+					}
+					seqs[call.instance] += 1 + rs.Int64N(3)
+					call.seq = seqs[call.instance]
+					call.args = append(args, call.instance, call.seq)
+				}
+				if call.args != nil {
+					args = call.args
+				}
+				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
 				if err != nil {
 					t.Fatalf("step %d: EVAL: %v", i, err)
 				}
 				a := v.([]any)
-				if len(a) != 4 {
-					t.Fatalf("step %d: reply %v, want 4 integers", i, a)
+				if len(a) != 5 {
+					t.Fatalf("step %d: reply %v, want 5 integers", i, a)
 				}
-				got := [4]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64)}
+				got := [5]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[4].(int64)}
 				if got[3] != 0 {
 					t.Fatalf("key %d step %d: reset = %d on a readable bucket, want 0", k, i, got[3])
+				}
+				if rec, ok := last[call.instance]; call.args != nil && ok && call.seq <= rec.seq {
+					// A duplicate: what its seq was granted, the bucket as
+					// refilled, and nothing written.
+					var granted int64
+					if call.seq == rec.seq {
+						granted = rec.granted
+					}
+					a := call.args
+					tokens := m.refilled(got[2], a[0].(int64), a[1].(int64))
+					if got[0] != granted || got[1] != tokens || got[4] != 1 {
+						t.Fatalf("key %d step %d: seq %d of %s sent again (last %d, granted %d): reply %v, want {%d, %d, now, 0, 1}",
+							k, i, call.seq, call.instance, rec.seq, rec.granted, got, granted, tokens)
+					}
+					h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st, sts := fmt.Sprint(h[0]), fmt.Sprint(h[1]); st != strconv.FormatInt(m.t, 10) || sts != strconv.FormatInt(m.ts, 10) {
+						t.Fatalf("key %d step %d: a duplicate stored t=%s ts=%s, want %d %d unchanged", k, i, st, sts, m.t, m.ts)
+					}
+					continue
+				}
+				if got[4] != 0 {
+					t.Fatalf("key %d step %d: reply %v, dup 1 for a call that is none", k, i, got)
 				}
 				before := m
 				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum)
 				if got[0] != granted || got[1] != m.t {
 					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d:\ngot granted %d tokens %d, want %d %d",
 						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, got[0], got[1], granted, m.t)
+				}
+				if call.args != nil {
+					call.granted = granted
+					sent = append(sent, call)
+					last[call.instance] = call
+					rec, err := b.rdb.HGet(ctx, key, "q:"+call.instance).Result()
+					if want := fmt.Sprintf("%d %d %d", call.seq, granted, got[2]); err != nil || rec != want {
+						t.Fatalf("key %d step %d: record of %s = %q, %v; want %q", k, i, call.instance, rec, err, want)
+					}
 				}
 				h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
 				if err != nil {
@@ -291,6 +387,9 @@ func TestSettleUnreadableState(t *testing.T) {
 		{"ts beyond 2^53", []any{"t", "5", "ts", "9007199254740993"}, 1},
 		{"other fields only", []any{"x", "1"}, 1},
 		{"garbage besides", []any{"t", "nan", "ts", "1", "x", "1"}, 1},
+		{"records only", []any{"q:a", "5 1000000 1", "q:b", "7 0 1"}, 1},
+		{"p only", []any{"p", "3"}, 1},
+		{"records and p, no ts", []any{"t", "5", "q:a", "5 1000000 1", "p", "3"}, 1},
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()

@@ -88,7 +88,7 @@ func TestNodeBreakers(t *testing.T) {
 		if got, _ := st.get("a1"); got != 85*M {
 			t.Errorf("node a holds %d for a1, want %d: 15 tokens charged once, while b was down", got, 85*M)
 		}
-		if got := b.Pending.Load(); got != 15*M {
+		if got := r.Stats().Unsettled; got != 15*M {
 			t.Errorf("b1 keeps %d unsettled, want %d", got, 15*M)
 		}
 		s := r.Stats()
@@ -144,7 +144,7 @@ func TestPartialReplies(t *testing.T) {
 		if got := a.Pending.Load(); got != 0 {
 			t.Errorf("a1 keeps %d unsettled after its reply came, want 0: it would be charged twice", got)
 		}
-		if got := b.Pending.Load(); got != 3*M {
+		if got := r.Stats().Unsettled; got != 3*M {
 			t.Errorf("b1 keeps %d unsettled, want %d", got, 3*M)
 		}
 		if n := len(r.Stats().Nodes); n != 1 {

@@ -130,6 +130,11 @@ type Reconciler struct {
 	owners  []owner // owners[i] is whose sets[i] is
 	replies []global.Reply
 	ends    []time.Duration // ends[i] is when the reply to sets[i] came
+	dedup   string          // Settlement.Instance: random, this Reconciler's alone
+	seq     int64           // the last Settlement.Seq given
+	doubts  []doubt         // settlements without a reply, to send again
+	inDoubt map[string]bool // their keys, while a round sends them again
+	resends int             // the first resends of sets are doubts sent again
 	groups  []*group        // the nodes of a round's keys
 	failing failing         // the rounds failing in a row, for the log
 }
@@ -182,7 +187,11 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		early:   make(chan struct{}, 1),
 		orphans: make(map[string]orphan),
 		log:     cfg.Logger,
+		inDoubt: make(map[string]bool),
 	}
+	var id [8]byte
+	rand.Read(id[:])
+	r.dedup = hex.EncodeToString(id[:])
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

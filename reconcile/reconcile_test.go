@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
@@ -28,11 +29,15 @@ type store struct {
 	beats   int
 	live    int
 	left    bool
-	gate    chan struct{} // if not nil, Settle waits for it
-	lost    error         // if not nil, Settle applies the batch, then fails with it (a reply lost)
+	gate    chan struct{}       // if not nil, Settle waits for it
+	lost    error               // if not nil, Settle applies the batch, then fails with it (a reply lost)
+	recs    map[string][2]int64 // key + " " + instance: the last seq applied and its grant
+	dups    int                 // settlements found to be duplicates
 }
 
-func newStore() *store { return &store{tokens: map[string]int64{}, live: 1} }
+func newStore() *store {
+	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}}
+}
 
 func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
 	s.mu.Lock()
@@ -60,6 +65,17 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 		if !ok {
 			t = b
 		}
+		rk := st.Key + " " + st.Instance
+		if rec, ok := s.recs[rk]; ok && st.Seq > 0 && st.Seq <= rec[0] {
+			// Applied already, as the script tells.
+			g := int64(0)
+			if st.Seq == rec[0] {
+				g = rec[1]
+			}
+			s.dups++
+			replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now(), Duplicate: true}
+			continue
+		}
 		t = min(b, t+st.Returned)
 		t = max(-b, t-st.Consumed)
 		g := min(st.Want, max(t, 0))
@@ -69,6 +85,9 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 		}
 		t -= g
 		s.tokens[st.Key] = t
+		if st.Seq > 0 {
+			s.recs[rk] = [2]int64{st.Seq, g}
+		}
 		s.keys++
 		replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now()}
 	}
@@ -244,8 +263,8 @@ func TestFailedRoundKeepsDues(t *testing.T) {
 		if !r.Degraded() {
 			t.Fatal("the breaker did not open after 5 failed rounds")
 		}
-		if got := e.Pending.Load(); got != 15*M {
-			t.Fatalf("pending while failing = %d, want %d", got, 15*M)
+		if got := r.Stats().Unsettled; got != 15*M {
+			t.Fatalf("unsettled while failing = %d, want %d", got, 15*M)
 		}
 		st.set(func(s *store) { s.fail = nil })
 		time.Sleep(2 * time.Second) // open timeout, a probe, rounds
@@ -464,6 +483,92 @@ func TestLostReplyGivesBackOnce(t *testing.T) {
 		}
 		if r.Stats().Uncertain == 0 {
 			t.Fatal("Stats().Uncertain = 0 after a lost reply")
+		}
+	})
+}
+
+// TestLostReplyResent: a settlement whose reply is lost after Redis applied
+// it is sent again, as it was, and Redis (which keeps the last sequence
+// number of each instance per key) answers it as a duplicate: consumption is
+// charged once, a lease top-up is granted once and reaches the entry, and
+// the consumption spent meanwhile waits for the next round, after the
+// duplicate.
+func TestLostReplyResent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		opt := entry(r, "opt", spec(t, 10, 100, reconcile.Optimistic))
+		ls := spec(t, 10, 100, reconcile.Lease)
+		lease := entry(r, "lease", ls)
+		round := func() {
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+
+		r.Keys().Get("opt")
+		r.Keys().Get("lease")
+		opt.Pending.Add(3 * M)
+		r.Starved(lease, false) // the round tops the lease up
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		round() // applied, replies lost
+		st.set(func(s *store) { s.lost = nil })
+		if got, _ := st.get("opt"); got != 97*M {
+			t.Fatalf("Redis holds %d for opt after the lost round, want %d (it was applied)", got, 97*M)
+		}
+		granted, _ := st.get("lease")
+		granted = 100*M - granted
+		if granted == 0 || lease.Allowance.Load() != 0 {
+			t.Fatalf("lease: %d granted in Redis, %d in the entry after the lost round, want some and 0", granted, lease.Allowance.Load())
+		}
+		r.Keys().Get("opt")
+		opt.Pending.Add(2 * M) // spent while the round is in doubt
+		round()                // sent again: duplicates
+		s := r.Stats()
+		if s.Uncertain != 2 || s.Duplicates != 2 {
+			t.Errorf("Uncertain %d, Duplicates %d after the resend, want 2, 2", s.Uncertain, s.Duplicates)
+		}
+		if got, _ := st.get("opt"); got != 97*M {
+			t.Errorf("Redis holds %d for opt after the resend, want %d: charged once, the 2 spent since not yet", got, 97*M)
+		}
+		if got := lease.Allowance.Load(); got != granted {
+			t.Errorf("lease: the entry holds %d after the resend, want the %d granted the first time", got, granted)
+		}
+		round()
+		if got, _ := st.get("opt"); got != 95*M {
+			t.Errorf("Redis holds %d for opt a round later, want %d", got, 95*M)
+		}
+		if got := r.Stats().Unsettled; got != 0 {
+			t.Errorf("Unsettled = %d, want 0", got)
+		}
+	})
+}
+
+// TestDoubtExpires: a settlement that stays in doubt (every reply lost) is
+// sent again for 5 minutes, then given up: its consumption is charged anew,
+// once more, which errs towards denying.
+func TestDoubtExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: breaker.Config{ConsecutiveFailures: 1 << 30, FailureRatio: 1, MinRequests: 1 << 30}})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Optimistic))
+		r.Keys().Get("k")
+		e.Pending.Add(3 * M)
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		time.Sleep(4*time.Minute + 59*time.Second)
+		synctest.Wait()
+		if got, _ := st.get("k"); got != 97*M {
+			t.Fatalf("Redis holds %d while in doubt, want %d: applied once, then duplicates", got, 97*M)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		st.set(func(s *store) { s.lost = nil })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		s := r.Stats()
+		if got, _ := st.get("k"); got != 94*M || s.DoubtsExpired != 1 || s.Unsettled != 0 {
+			t.Errorf("Redis holds %d, DoubtsExpired %d, Unsettled %d after the doubt expired, want %d, 1, 0: charged anew, once", got, s.DoubtsExpired, s.Unsettled, 94*M)
 		}
 	})
 }

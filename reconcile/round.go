@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -108,6 +109,8 @@ func (r *Reconciler) heartbeat(ctx context.Context) {
 // still holds allowance or unsettled consumption, and every orphan, in one
 // pipelined round trip.
 func (r *Reconciler) round(ctx context.Context) {
+	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	r.takeDoubts()
 	r.batch = r.keys.Tick(r.batch[:0])
 	touched := len(r.batch)
 	for _, e := range r.batch {
@@ -121,8 +124,8 @@ func (r *Reconciler) round(ctx context.Context) {
 	clear(r.held)
 	r.held = r.held[:0]
 
-	r.sets, r.owners = r.sets[:0], r.owners[:0]
 	var allowed uint64
+	var waiting int64 // the consumption of keys that wait for their settlement in doubt
 	for i, e := range r.batch {
 		e.X.clearQueued()
 		allowed += e.Allowance.TakeSpends()
@@ -130,9 +133,14 @@ func (r *Reconciler) round(ctx context.Context) {
 		if sp == nil || e.Retired() { // a retired entry's dues are an orphan now
 			continue
 		}
+		if r.inDoubt[e.Key()] {
+			r.hold(e) // its settlement in doubt goes first: settle it next round
+			waiting += e.Pending.Load()
+			continue
+		}
 		if s, ok := r.settlement(e, sp, i < touched); ok {
 			r.sets = append(r.sets, s)
-			r.owners = append(r.owners, owner{e, sp})
+			r.owners = append(r.owners, owner{e: e, sp: sp})
 		} else if sp.Mode == Lease && e.Allowance.Load() > 0 {
 			r.hold(e) // nothing to settle now; give the lease back once idle
 		}
@@ -140,7 +148,7 @@ func (r *Reconciler) round(ctx context.Context) {
 	clear(r.batch)
 	r.stats.localAllowed.Add(allowed)
 	r.takeOrphans()
-	kept := r.send(ctx)
+	kept := r.send(ctx) + waiting
 	r.trim()
 	r.mu.Lock()
 	kept += r.orphanConsumed // failed orphans, and keys that left meanwhile
@@ -158,16 +166,17 @@ func (r *Reconciler) topUp(ctx context.Context) {
 	r.low = r.low[:0]
 	r.mu.Unlock()
 	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	r.resends = 0
 	for _, e := range r.batch {
 		sp := e.X.Spec()
-		if sp == nil || sp.Mode != Lease || e.Retired() {
+		if sp == nil || sp.Mode != Lease || e.Retired() || r.inDoubt[e.Key()] {
 			continue
 		}
 		bal := e.Allowance.Load()
 		tgt := r.resize(e, sp, bal, e.X.clearStarved())
 		if bal < tgt {
 			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
-			r.owners = append(r.owners, owner{e, sp})
+			r.owners = append(r.owners, owner{e: e, sp: sp})
 		}
 	}
 	clear(r.batch)
@@ -195,6 +204,10 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	}
 	replies, ends := r.replies[:n], r.ends[:n]
 	r.stats.rounds.Add(1)
+	for i := r.resends; i < n; i++ { // the new ones; resends keep theirs
+		r.seq++
+		r.sets[i].Instance, r.sets[i].Seq = r.dedup, r.seq
+	}
 	var failed error
 	if groups := r.group(ctx); len(groups) == 1 {
 		failed = r.settleNode(ctx, groups[0].n, r.sets, replies, ends)
@@ -222,13 +235,36 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			g.err = nil
 		}
 	}
+	clear(r.inDoubt)
 	for i := range r.sets {
-		if err := replies[i].Err; err != nil {
-			kept += r.restore(&r.sets[i], r.owners[i], true, err)
-		} else if r.apply(&r.sets[i], r.owners[i], &replies[i], ends[i]) {
-			r.hold(r.owners[i].e)
+		s, o, rep := &r.sets[i], r.owners[i], &replies[i]
+		switch {
+		case rep.Err == nil:
+			if rep.Duplicate {
+				r.stats.duplicates.Add(1)
+			}
+			if r.apply(s, o, rep, ends[i]) {
+				r.hold(o.e)
+			}
+		case i < r.resends || mayBeApplied(rep.Err):
+			// Redis may have applied it: send it again as it is, until a
+			// reply tells. (A resend that failed tells nothing more.)
+			if i >= r.resends {
+				r.stats.uncertain.Add(1)
+				o.since = ends[i]
+			}
+			r.stats.keyErrors.Add(1)
+			r.doubts = append(r.doubts, doubt{*s, o})
+			r.inDoubt[s.Key] = true
+			kept += s.Consumed
+			if o.e != nil {
+				r.hold(o.e)
+			}
+		default:
+			kept += r.restore(s, o, true, false)
 		}
 	}
+	r.resends = 0
 	if failed != nil {
 		r.stats.roundErrors.Add(1)
 		r.roundFailed(n, failed)
@@ -346,6 +382,46 @@ func (r *Reconciler) clockSample(start, end time.Duration, replies []global.Repl
 type owner struct {
 	e  *Entry
 	sp *Spec
+	// since is when the settlement was first found in doubt; 0 if it is
+	// not.
+	since time.Duration
+}
+
+// doubt is a settlement that got no reply, and so may or may not have been
+// applied: it is sent again, as it was, at the next rounds, first of all,
+// and nothing newer is settled for its key meanwhile (Redis takes a lower
+// sequence number than the last it applied for a duplicate).
+type doubt struct {
+	s global.Settlement
+	o owner
+}
+
+// maxDoubt is how long a settlement is sent again before it is given up:
+// Redis prunes the sequence numbers it keeps after 10 minutes, and a
+// settlement applied twice gives its Returned back twice. A settlement given
+// up is replaced by a new one that charges its consumption (charged twice at
+// worst, which errs towards denying) and gives nothing back.
+const maxDoubt = 5 * time.Minute
+
+// takeDoubts puts the settlements in doubt first in r.sets, for the round
+// to send again, and gives up those in doubt for longer than maxDoubt. Their
+// keys are in r.inDoubt until the replies come.
+func (r *Reconciler) takeDoubts() {
+	now := r.clock.Now()
+	clear(r.inDoubt)
+	for _, d := range r.doubts {
+		if now-d.o.since > maxDoubt {
+			r.stats.doubtsExpired.Add(1)
+			r.restore(&d.s, d.o, true, true)
+			continue
+		}
+		r.sets = append(r.sets, d.s)
+		r.owners = append(r.owners, d.o)
+		r.inDoubt[d.s.Key] = true
+	}
+	r.resends = len(r.sets)
+	clear(r.doubts)
+	r.doubts = r.doubts[:0]
 }
 
 // settlement computes what e settles this round: its unsettled consumption
@@ -434,21 +510,19 @@ func (r *Reconciler) Cap(sp *Spec) int64 {
 
 // restore puts back what a failed settlement took out of its entry, or
 // keeps it as an orphan if there is no entry or it has left the store. With
-// hold the entry is kept for the next round.
+// hold the entry is kept for the next round. With uncertain, the settlement
+// may have been applied: its give-back is not put back (giving it back twice
+// would let the fleet admit more than the bucket; at worst it is lost to the
+// fleet until the bucket refills) and its consumption is, to be charged
+// again at worst, which only errs towards denying.
 //
 // It returns the consumption it put back in the entry, in micro-tokens.
-//
-// err says how the settlement failed. If it may have been applied all the
-// same (no reply: a timeout, a connection lost after sending), the lease it
-// gave back is not put back: giving it back twice would let the fleet admit
-// more than the bucket; at worst it is lost to the fleet until the bucket
-// refills. Its consumption is put back: charged twice at worst, which only
-// errs towards denying.
-func (r *Reconciler) restore(s *global.Settlement, o owner, hold bool, err error) (kept int64) {
-	r.stats.keyErrors.Add(1)
+func (r *Reconciler) restore(s *global.Settlement, o owner, hold, uncertain bool) (kept int64) {
+	if !uncertain {
+		r.stats.keyErrors.Add(1)
+	}
 	consumed, returned := s.Consumed, s.Returned
-	if returned > 0 && mayBeApplied(err) {
-		r.stats.uncertain.Add(1)
+	if uncertain {
 		returned = 0
 	}
 	if o.e != nil {
@@ -535,16 +609,22 @@ func (r *Reconciler) takeOrphans() {
 	r.mu.Lock()
 	taken := len(r.orphans)
 	for key, o := range r.orphans {
+		if r.inDoubt[key] {
+			continue // after its settlement in doubt
+		}
 		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Consumed: o.consumed, Returned: o.returned})
 		r.owners = append(r.owners, owner{sp: o.spec})
 		delete(r.orphans, key)
 	}
-	if taken > 4*maxBatch {
+	r.orphanConsumed = 0
+	for _, o := range r.orphans { // in doubt: still owed
+		r.orphanConsumed += o.consumed
+	}
+	if taken > 4*maxBatch && len(r.orphans) < maxBatch {
 		// A map keeps its size once grown: let go of one that a burst of
 		// evictions or an outage made large.
-		r.orphans = make(map[string]orphan)
+		r.orphans = maps.Clone(r.orphans)
 	}
-	r.orphanConsumed = 0
 	r.mu.Unlock()
 }
 
@@ -564,7 +644,9 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	if sp == nil || e.Retired() {
 		return fmt.Errorf("reconcile: fetch %q: entry gone", e.Key())
 	}
-	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Quantum: local.Micro}
+	// It charges nothing: consumption is charged by the rounds alone, whose
+	// settlements are sent again, not charged twice, when a reply is lost.
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
 	if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
 			tgt := r.target(e, sp)
@@ -575,17 +657,18 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			s.MinGrant = cost - bal
 		}
 	}
-	rep, err := r.settleOne(s, owner{e, sp})
+	rep, err := r.settleOne(s)
 	if err != nil {
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
 	}
-	r.apply(&s, owner{e, sp}, &rep, r.clock.Now())
+	r.apply(&s, owner{e: e, sp: sp}, &rep, r.clock.Now())
 	return nil
 }
 
-// settleOne settles s alone, now, through the breaker. If it fails, what s
-// took out of its owner is put back and the failure counted.
-func (r *Reconciler) settleOne(s global.Settlement, o owner) (global.Reply, error) {
+// settleOne settles s alone, now, through the breaker, and counts a
+// failure. s takes nothing out of its entry (it charges and gives back
+// nothing), so a failure has nothing to put back.
+func (r *Reconciler) settleOne(s global.Settlement) (global.Reply, error) {
 	sets := [1]global.Settlement{s}
 	var replies [1]global.Reply
 	err := r.Do(context.Background(), s.Key, func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
@@ -594,7 +677,7 @@ func (r *Reconciler) settleOne(s global.Settlement, o owner) (global.Reply, erro
 	}
 	if err != nil {
 		r.stats.fetchErrors.Add(1)
-		r.restore(&sets[0], o, false, err)
+		r.stats.keyErrors.Add(1)
 	}
 	return replies[0], err
 }
@@ -618,6 +701,8 @@ func (r *Reconciler) Close(ctx context.Context) error {
 
 	r.keys.Drain() // every entry's dues become an orphan
 	r.sets, r.owners = r.sets[:0], r.owners[:0]
+	r.takeDoubts() // first: a key's settlement in doubt goes before its dues
+	clear(r.inDoubt)
 	r.takeOrphans()
 	var errs []error
 	var lost int64 // consumption not charged
@@ -696,8 +781,8 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 // take settles cost micro-tokens, all or nothing, for one request.
 func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) (bool, error) {
 	r.stats.fetches.Add(1)
-	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: cost, MinGrant: cost, Quantum: local.Micro}
-	rep, err := r.settleOne(s, owner{e, sp})
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Want: cost, MinGrant: cost, Quantum: local.Micro}
+	rep, err := r.settleOne(s)
 	if err != nil {
 		decided.Store(true)
 		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), err)

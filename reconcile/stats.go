@@ -17,6 +17,8 @@ type counters struct {
 	transitions, evicted   atomic.Uint64
 	evictedPending         atomic.Uint64
 	uncertain              atomic.Uint64
+	duplicates             atomic.Uint64
+	doubtsExpired          atomic.Uint64
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
 	lastRound              atomic.Int64 // ns
@@ -46,7 +48,9 @@ type Stats struct {
 	Transitions     uint64        // breaker state changes
 	Evicted         uint64        // entries that left the store
 	EvictedPending  uint64        // entries that left the store with consumption to charge or a lease to give back: they became orphans
-	Uncertain       uint64        // failed settlements that may have been applied: their give-back was not put back
+	Uncertain       uint64        // settlements that got no reply, so may have been applied: each is sent again until a reply tells
+	Duplicates      uint64        // settlements sent again that Redis had applied already: each a charge not made twice
+	DoubtsExpired   uint64        // settlements in doubt for 5 minutes, given up: consumption charged anew, give-back dropped
 	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
 	LastRound       time.Duration // the last round trip's duration
 	Breaker         breaker.State // the state now of the breaker furthest from closed (of Nodes)
@@ -108,6 +112,8 @@ func (r *Reconciler) Stats() Stats {
 		Evicted:         r.stats.evicted.Load(),
 		EvictedPending:  r.stats.evictedPending.Load(),
 		Uncertain:       r.stats.uncertain.Load(),
+		Duplicates:      r.stats.duplicates.Load(),
+		DoubtsExpired:   r.stats.doubtsExpired.Load(),
 		Resets:          r.stats.resets.Load(),
 		LastRound:       time.Duration(r.stats.lastRound.Load()),
 		Instances:       r.live.Load(),

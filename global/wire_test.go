@@ -1,0 +1,71 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestSettleWireReplies answers wireBatch (two keys without a seq, one
+// with) on the wire and checks what each key gets: dup 1 is a Duplicate for
+// the key sent with a seq and a garbled reply for the others, and the old
+// four-integer reply is garbled.
+func TestSettleWireReplies(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	reply := func(v ...int64) string {
+		s := fmt.Sprintf("*%d\r\n", len(v))
+		for _, x := range v {
+			s += fmt.Sprintf(":%d\r\n", x)
+		}
+		return s
+	}
+	type want struct {
+		granted, tokens int64
+		reset, dup      bool
+		garbled         bool
+	}
+	tests := []struct {
+		name string
+		raw  string
+		want [3]want
+	}{
+		{"applied",
+			reply(2_000_000, 7_000_000, now, 0, 0) + reply(5_000_000, 5_000_000, now, 1, 0) + reply(3_000_000, 8_000_000, now, 0, 0),
+			[3]want{{granted: 2_000_000, tokens: 7_000_000}, {granted: 5_000_000, tokens: 5_000_000, reset: true}, {granted: 3_000_000, tokens: 8_000_000}}},
+		{"duplicate",
+			reply(0, 0, now, 0, 0) + reply(0, 0, now, 0, 0) + reply(3_000_000, -4, now, 0, 1),
+			[3]want{{}, {}, {granted: 3_000_000, tokens: -4, dup: true}}},
+		{"dup 1 without a seq",
+			reply(0, 0, now, 0, 1) + reply(1_000_000, 0, now, 0, 1) + reply(0, 0, now, 0, 1),
+			[3]want{{garbled: true}, {garbled: true}, {dup: true}}},
+		{"dup with reset",
+			reply(0, 0, now, 0, 0) + reply(0, 0, now, 0, 0) + reply(0, 0, now, 1, 1),
+			[3]want{{}, {}, {garbled: true}}},
+		{"four integers",
+			reply(0, 0, now, 0) + reply(0, 0, now, 0) + reply(0, 0, now, 0),
+			[3]want{{garbled: true}, {garbled: true}, {garbled: true}}},
+	}
+	for _, tt := range tests {
+		l, stop := wireLimiter(t, []byte(tt.raw))
+		replies := make([]Reply, len(wireBatch))
+		if err := l.Settle(context.Background(), wireBatch, replies); err != nil {
+			t.Errorf("%s: Settle = %v, want nil", tt.name, err)
+		}
+		stop()
+		for i, r := range replies {
+			w := tt.want[i]
+			if w.garbled {
+				if !errors.Is(r.Err, ErrReply) {
+					t.Errorf("%s: reply %d = %+v, want %v", tt.name, i, r, ErrReply)
+				}
+				continue
+			}
+			got := Reply{Granted: r.Granted, Tokens: r.Tokens, Reset: r.Reset, Duplicate: r.Duplicate, Err: r.Err}
+			if want := (Reply{Granted: w.granted, Tokens: w.tokens, Reset: w.reset, Duplicate: w.dup}); got != want || !r.Now.Equal(time.UnixMicro(now)) {
+				t.Errorf("%s: reply %d = %+v, want %+v at %d µs", tt.name, i, r, want, int64(now))
+			}
+		}
+	}
+}
