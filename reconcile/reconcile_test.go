@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -33,10 +34,11 @@ type store struct {
 	lost    error               // if not nil, Settle applies the batch, then fails with it (a reply lost)
 	recs    map[string][2]int64 // key + " " + instance: the last seq applied and its grant
 	dups    int                 // settlements found to be duplicates
+	seqs    map[string][]int64  // the seqs each key was sent, in order
 }
 
 func newStore() *store {
-	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}}
+	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}, seqs: map[string][]int64{}}
 }
 
 func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
@@ -66,6 +68,9 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			t = b
 		}
 		rk := st.Key + " " + st.Instance
+		if st.Seq > 0 {
+			s.seqs[st.Key] = append(s.seqs[st.Key], st.Seq)
+		}
 		if rec, ok := s.recs[rk]; ok && st.Seq > 0 && st.Seq <= rec[0] {
 			// Applied already, as the script tells.
 			g := int64(0)
@@ -569,6 +574,47 @@ func TestDoubtExpires(t *testing.T) {
 		s := r.Stats()
 		if got, _ := st.get("k"); got != 94*M || s.DoubtsExpired != 1 || s.Unsettled != 0 {
 			t.Errorf("Redis holds %d, DoubtsExpired %d, Unsettled %d after the doubt expired, want %d, 1, 0: charged anew, once", got, s.DoubtsExpired, s.Unsettled, 94*M)
+		}
+	})
+}
+
+// TestDoubtBlocksTopUps: while a lease's settlement is in doubt, early
+// top-ups send nothing for its key (a higher seq applied first would make
+// the resend read as superseded, and its grant lost); the resend goes first
+// and brings the grant of the first call.
+func TestDoubtBlocksTopUps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "lease", spec(t, 10, 100, reconcile.Lease))
+		r.Keys().Get("lease")
+		r.Starved(e, false)
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		time.Sleep(100 * time.Millisecond) // the round's top-up: applied, reply lost
+		synctest.Wait()
+		st.set(func(s *store) { s.lost = nil })
+		tokens, _ := st.get("lease")
+		granted := 100*M - tokens
+		other := entry(r, "other", spec(t, 10, 100, reconcile.Lease))
+		for range 2 { // two early rounds before the next regular one, with another key to top up
+			for _, x := range []*reconcile.Entry{e, other} {
+				x.SetView(local.View{Tokens: 50 * M, Seen: r.Clock().Now()}) // Redis has tokens: top up early
+				r.Starved(x, true)
+			}
+			time.Sleep(30 * time.Millisecond)
+			synctest.Wait()
+		}
+		time.Sleep(40 * time.Millisecond) // the next round: the resend
+		synctest.Wait()
+		st.mu.Lock()
+		seqs := slices.Clone(st.seqs["lease"])
+		st.mu.Unlock()
+		if len(seqs) < 2 || seqs[1] != seqs[0] {
+			t.Errorf("seqs sent for the key: %v, want the one in doubt sent again before any other", seqs)
+		}
+		if got := e.Allowance.Load(); got < granted {
+			t.Errorf("the entry holds %d, want at least the %d granted by the call in doubt", got, granted)
 		}
 	})
 }

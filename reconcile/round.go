@@ -208,10 +208,24 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 		r.seq++
 		r.sets[i].Instance, r.sets[i].Seq = r.dedup, r.seq
 	}
+	// Each call's replies are applied as soon as they come, so that a large
+	// round (an outage's backlog, a burst of evictions) grants and charges
+	// call by call, not at its end.
 	var failed error
 	if groups := r.group(ctx); len(groups) == 1 {
-		failed = r.settleNode(ctx, groups[0].n, r.sets, replies, ends)
+		failed = r.settleNode(ctx, groups[0].n, r.sets, replies, ends, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				kept += r.settled(i, &replies[i], ends[i])
+			}
+		})
 	} else {
+		// The nodes are called at once, each by a goroutine of its own;
+		// the replies come back here, where they are applied.
+		type call struct {
+			g      *group
+			lo, hi int
+		}
+		came := make(chan call)
 		var wg sync.WaitGroup
 		for _, g := range groups {
 			g.sets = g.sets[:0]
@@ -220,13 +234,22 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			}
 			g.replies = slices.Grow(g.replies[:0], len(g.idx))[:len(g.idx)]
 			g.ends = slices.Grow(g.ends[:0], len(g.idx))[:len(g.idx)]
-			wg.Go(func() { g.err = r.settleNode(ctx, g.n, g.sets, g.replies, g.ends) })
+			wg.Go(func() {
+				g.err = r.settleNode(ctx, g.n, g.sets, g.replies, g.ends, func(lo, hi int) { came <- call{g, lo, hi} })
+			})
 		}
-		wg.Wait()
-		for _, g := range groups {
-			for j, i := range g.idx {
-				replies[i], ends[i] = g.replies[j], g.ends[j]
+		go func() { // ends when the callers have: range came below waits for it
+			wg.Wait()
+			close(came)
+		}()
+		for c := range came {
+			for j := c.lo; j < c.hi; j++ {
+				i := c.g.idx[j]
+				replies[i], ends[i] = c.g.replies[j], c.g.ends[j]
+				kept += r.settled(i, &replies[i], ends[i])
 			}
+		}
+		for _, g := range groups {
 			if failed == nil {
 				failed = g.err
 			}
@@ -235,36 +258,14 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			g.err = nil
 		}
 	}
-	clear(r.inDoubt)
-	for i := range r.sets {
-		s, o, rep := &r.sets[i], r.owners[i], &replies[i]
-		switch {
-		case rep.Err == nil:
-			if rep.Duplicate {
-				r.stats.duplicates.Add(1)
-			}
-			if r.apply(s, o, rep, ends[i]) {
-				r.hold(o.e)
-			}
-		case i < r.resends || mayBeApplied(rep.Err):
-			// Redis may have applied it: send it again as it is, until a
-			// reply tells. (A resend that failed tells nothing more.)
-			if i >= r.resends {
-				r.stats.uncertain.Add(1)
-				o.since = ends[i]
-			}
-			r.stats.keyErrors.Add(1)
-			r.doubts = append(r.doubts, doubt{*s, o})
-			r.inDoubt[s.Key] = true
-			kept += s.Consumed
-			if o.e != nil {
-				r.hold(o.e)
-			}
-		default:
-			kept += r.restore(s, o, true, false)
-		}
-	}
 	r.resends = 0
+	// The keys in doubt now: those of a round's resends that failed again
+	// and of the settlements that got no reply, and, after an early
+	// round, those of the last round still waiting for the next.
+	clear(r.inDoubt)
+	for i := range r.doubts {
+		r.inDoubt[r.doubts[i].s.Key] = true
+	}
 	if failed != nil {
 		r.stats.roundErrors.Add(1)
 		r.roundFailed(n, failed)
@@ -274,6 +275,37 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	clear(r.owners)
 	clear(replies)
 	return kept
+}
+
+// settled handles the reply to r.sets[i], which came at end: it applies
+// it, or keeps the settlement in doubt if it may have been applied without a
+// reply (a resend that failed tells nothing more), or puts back what it
+// took if it surely was not. It returns the consumption it kept unsettled.
+func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept int64) {
+	s, o := &r.sets[i], r.owners[i]
+	switch {
+	case rep.Err == nil:
+		if rep.Duplicate {
+			r.stats.duplicates.Add(1)
+		}
+		if r.apply(s, o, rep, end) {
+			r.hold(o.e)
+		}
+		return 0
+	case i < r.resends || mayBeApplied(rep.Err):
+		if i >= r.resends {
+			r.stats.uncertain.Add(1)
+			o.since = end
+		}
+		r.stats.keyErrors.Add(1)
+		r.doubts = append(r.doubts, doubt{*s, o})
+		if o.e != nil {
+			r.hold(o.e)
+		}
+		return s.Consumed
+	default:
+		return r.restore(s, o, true, false)
+	}
 }
 
 // group is the settlements of a round that go to one Redis node, and the
@@ -333,10 +365,11 @@ func (r *Reconciler) oneGroup(n *node) []*group {
 
 // settleNode settles sets, whose keys are on node n, through n's breaker in
 // calls of at most maxBatch keys, and stores each one's reply and the time
-// it came in replies and ends. A settlement that got no reply, or that the
+// it came in replies and ends; after each call it calls came with the range
+// of sets the call settled. A settlement that got no reply, or that the
 // breaker refused, gets the call's error as its Reply.Err. It returns the
 // first call's error, if one failed.
-func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Settlement, replies []global.Reply, ends []time.Duration) (failed error) {
+func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Settlement, replies []global.Reply, ends []time.Duration, came func(lo, hi int)) (failed error) {
 	for lo := 0; lo < len(sets); lo += maxBatch {
 		hi := min(lo+maxBatch, len(sets))
 		s, rep := sets[lo:hi], replies[lo:hi]
@@ -362,6 +395,7 @@ func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Sett
 		for j := lo; j < hi; j++ {
 			ends[j] = end
 		}
+		came(lo, hi)
 	}
 	return failed
 }
@@ -405,7 +439,8 @@ const maxDoubt = 5 * time.Minute
 
 // takeDoubts puts the settlements in doubt first in r.sets, for the round
 // to send again, and gives up those in doubt for longer than maxDoubt. Their
-// keys are in r.inDoubt until the replies come.
+// keys are in r.inDoubt until the replies come (send then sets it to the
+// keys still in doubt).
 func (r *Reconciler) takeDoubts() {
 	now := r.clock.Now()
 	clear(r.inDoubt)
@@ -621,9 +656,12 @@ func (r *Reconciler) takeOrphans() {
 		r.orphanConsumed += o.consumed
 	}
 	if taken > 4*maxBatch && len(r.orphans) < maxBatch {
-		// A map keeps its size once grown: let go of one that a burst of
-		// evictions or an outage made large.
-		r.orphans = maps.Clone(r.orphans)
+		// A map keeps its size once grown (maps.Clone too): let go of one
+		// that a burst of evictions or an outage made large, keeping the
+		// orphans still in doubt.
+		m := make(map[string]orphan, len(r.orphans))
+		maps.Copy(m, r.orphans)
+		r.orphans = m
 	}
 	r.mu.Unlock()
 }
@@ -633,7 +671,10 @@ func (r *Reconciler) takeOrphans() {
 // outage's orphans), so that memory follows the keys, not the largest round.
 func (r *Reconciler) trim() {
 	if cap(r.sets) > 4*max(len(r.sets), maxBatch) {
-		r.sets, r.owners, r.replies = nil, nil, nil
+		r.sets, r.owners, r.replies, r.ends = nil, nil, nil, nil
+		for _, g := range r.groups {
+			g.sets, g.replies, g.ends = nil, nil, nil
+		}
 	}
 }
 
