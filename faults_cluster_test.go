@@ -111,7 +111,12 @@ func TestFaultClusterMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	okAt := time.Now()
-	took := awaitAllClosed(t, f, restartAt)
+	// A restarted cluster node takes a moment to serve its slots again,
+	// so the bound is generous: faultStateWait.
+	took, ok := untilNormal(t, f, f.marks(), restartAt, "master restarted")
+	if !ok {
+		t.FailNow()
+	}
 	normalAt := restartAt.Add(took)
 	<-time.After(700 * time.Millisecond)
 	end := time.Now()
@@ -272,36 +277,4 @@ func fallbackAfter(l *faultLoad, k int, from, to time.Time) int {
 		}
 	}
 	return n
-}
-
-// awaitAllClosed waits until every breaker of every instance of f is
-// closed and a round has succeeded since, and returns how long after since
-// the last one got there. A restarted cluster node takes a moment to serve
-// its slots again, so the bound is generous: faultStateWait.
-func awaitAllClosed(t *testing.T, f itFleet, since time.Time) time.Duration {
-	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	deadline := since.Add(faultStateWait)
-	var took time.Duration
-	for i, in := range f {
-		var rounds, roundErrors uint64
-		based := false
-		for {
-			st := in.lim.Stats()
-			if st.Reconcile.Breaker != breaker.Closed || st.Degraded {
-				based = false
-			} else if !based {
-				rounds, roundErrors, based = st.Reconcile.Rounds, st.Reconcile.RoundErrors, true
-			} else if st.Reconcile.Rounds-rounds > st.Reconcile.RoundErrors-roundErrors {
-				took = max(took, time.Since(since))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("instance %d: breakers not all closed %v after the restart: %+v", i, faultStateWait, st.Reconcile.Nodes)
-			}
-			<-tick.C
-		}
-	}
-	return took
 }

@@ -308,29 +308,9 @@ func awaitOpen(t *testing.T, f itFleet, marks []int, since time.Time, what strin
 // faultStateWait, to measure.
 func awaitNormal(t *testing.T, f itFleet, load *faultLoad, marks []int, since time.Time, what string) time.Duration {
 	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	deadline := since.Add(faultStateWait)
-	var took time.Duration
-	for i, in := range f {
-		var rounds, roundErrors uint64
-		based := false
-		for {
-			st := in.lim.Stats()
-			if st.Reconcile.Breaker != breaker.Closed || st.Degraded {
-				based = false
-			} else if !based {
-				rounds, roundErrors, based = st.Reconcile.Rounds, st.Reconcile.RoundErrors, true
-			} else if st.Reconcile.Rounds-rounds > st.Reconcile.RoundErrors-roundErrors {
-				took = max(took, time.Since(since))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s: instance %d not back to normal %v after; stats %+v; transitions %v", what, i, faultStateWait, st, in.states.since(marks[i]))
-				return faultStateWait
-			}
-			<-tick.C
-		}
+	took, ok := untilNormal(t, f, marks, since, what)
+	if !ok {
+		return faultStateWait
 	}
 	bound := faultSync + faultMargin
 	for i, in := range f {
@@ -348,6 +328,38 @@ func awaitNormal(t *testing.T, f itFleet, load *faultLoad, marks []int, since ti
 		t.Errorf("%s: normal again %v after, want within %v", what, took.Round(time.Millisecond), bound)
 	}
 	return took
+}
+
+// untilNormal waits up to faultStateWait after since until every instance
+// of f has every breaker closed, is not degraded, and has completed a
+// settlement round that succeeded since, and returns how long after since
+// the last one got there; ok is false, and t failed, if one did not.
+func untilNormal(t *testing.T, f itFleet, marks []int, since time.Time, what string) (took time.Duration, ok bool) {
+	t.Helper()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := since.Add(faultStateWait)
+	for i, in := range f {
+		var rounds, roundErrors uint64
+		based := false
+		for {
+			st := in.lim.Stats()
+			if st.Reconcile.Breaker != breaker.Closed || st.Degraded {
+				based = false
+			} else if !based {
+				rounds, roundErrors, based = st.Reconcile.Rounds, st.Reconcile.RoundErrors, true
+			} else if st.Reconcile.Rounds-rounds > st.Reconcile.RoundErrors-roundErrors {
+				took = max(took, time.Since(since))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: instance %d not back to normal %v after; stats %+v; transitions %v", what, i, faultStateWait, st, in.states.since(marks[i]))
+				return faultStateWait, false
+			}
+			<-tick.C
+		}
+	}
+	return took, true
 }
 
 // stalled returns the longest stall of the process in s or in the call
