@@ -343,6 +343,16 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 			return Result{}, false, ctx.Err()
 		}
 	}
+	// A settlement round for the key may be under way, and may be what
+	// emptied the bucket for the fetches: wait for its grant before denying.
+	if l.r.AwaitRound(ctx, e) {
+		if left, ok := e.Allowance.SpendUncounted(cost); ok {
+			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+		}
+		if ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
 	return l.denied(sp, lim, cost, e.View(), l.clock.Now(), SourceRedis), true, nil

@@ -109,6 +109,7 @@ type Reconciler struct {
 	live    atomic.Int64 // fleet size for the fallback share
 	fewer   bool         // the last heartbeat counted fewer instances than live (loop goroutine only)
 	early   chan struct{}
+	applied atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
 	flights singleflight.Group
 	stats   counters
 
@@ -189,6 +190,8 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		log:     cfg.Logger,
 		inDoubt: make(map[string]bool),
 	}
+	applied := make(chan struct{})
+	r.applied.Store(&applied)
 	var id [8]byte
 	rand.Read(id[:])
 	r.dedup = hex.EncodeToString(id[:])
@@ -283,6 +286,33 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 		return fmt.Errorf("reconcile: fetch %q: no answer within %v", e.Key(), r.cfg.ColdWait)
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// AwaitRound waits while a settlement round (or an early top-up) has a
+// settlement of e in flight, until its reply has been applied, at most
+// Config.ColdWait and no longer than ctx, and reports whether there was
+// one. A request about to be denied for want of allowance waits so for the
+// allowance that round may bring: its fetch, sent while the round was under
+// way, can find the bucket emptied by the round itself.
+func (r *Reconciler) AwaitRound(ctx context.Context, e *Entry) bool {
+	if !e.X.settling() {
+		return false
+	}
+	t := time.NewTimer(r.cfg.ColdWait)
+	defer t.Stop()
+	for {
+		ch := *r.applied.Load() // before the flag: a reply applied after this closes ch
+		if !e.X.settling() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return true
+		}
 	}
 }
 

@@ -618,3 +618,45 @@ func TestDoubtBlocksTopUps(t *testing.T) {
 		}
 	})
 }
+
+// TestAwaitRound: a request may wait for the round that is settling its key
+// (until its reply is applied, and the allowance it grants is there); with
+// no round in flight for the key it does not wait at all.
+func TestAwaitRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, ColdWait: 200 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		if r.AwaitRound(context.Background(), e) {
+			t.Fatal("AwaitRound = true with no round under way")
+		}
+		gate := make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		r.Keys().Get("k")
+		r.Starved(e, false) // the round asks for a lease
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round waits at the gate
+		done := make(chan int64)
+		go func() {
+			waited := r.AwaitRound(context.Background(), e)
+			if !waited {
+				done <- -1
+				return
+			}
+			done <- e.Allowance.Load()
+		}()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case got := <-done:
+			t.Fatalf("AwaitRound returned (%d) while the round was in flight", got)
+		default:
+		}
+		close(gate)
+		synctest.Wait()
+		if got := <-done; got <= 0 {
+			t.Fatalf("after the round, AwaitRound saw allowance %d, want the round's grant", got)
+		}
+	})
+}

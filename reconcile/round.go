@@ -208,6 +208,11 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 		r.seq++
 		r.sets[i].Instance, r.sets[i].Seq = r.dedup, r.seq
 	}
+	for _, o := range r.owners {
+		if o.e != nil {
+			o.e.X.setSettling()
+		}
+	}
 	// Each call's replies are applied as soon as they come, so that a large
 	// round (an outage's backlog, a burst of evictions) grants and charges
 	// call by call, not at its end.
@@ -217,6 +222,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			for i := lo; i < hi; i++ {
 				kept += r.settled(i, &replies[i], ends[i])
 			}
+			r.wake()
 		})
 	} else {
 		// The nodes are called at once, each by a goroutine of its own;
@@ -248,6 +254,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 				replies[i], ends[i] = c.g.replies[j], c.g.ends[j]
 				kept += r.settled(i, &replies[i], ends[i])
 			}
+			r.wake()
 		}
 		for _, g := range groups {
 			if failed == nil {
@@ -283,6 +290,9 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 // took if it surely was not. It returns the consumption it kept unsettled.
 func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept int64) {
 	s, o := &r.sets[i], r.owners[i]
+	if o.e != nil {
+		defer o.e.X.clearSettling() // after the reply is applied
+	}
 	switch {
 	case rep.Err == nil:
 		if rep.Duplicate {
@@ -306,6 +316,13 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 	default:
 		return r.restore(s, o, true, false)
 	}
+}
+
+// wake wakes the requests waiting in AwaitRound: a call's replies have
+// been applied.
+func (r *Reconciler) wake() {
+	ch := make(chan struct{})
+	close(*r.applied.Swap(&ch))
 }
 
 // group is the settlements of a round that go to one Redis node, and the

@@ -91,9 +91,10 @@ type State struct {
 
 // Flags of State.
 const (
-	flagStarved uint32 = 1 << iota // a spend failed since the last round
-	flagQueued                     // in the next round's batch already
-	flagSetting                    // a spec change is under way
+	flagStarved  uint32 = 1 << iota // a spend failed since the last round
+	flagQueued                      // in the next round's batch already
+	flagSetting                     // a spec change is under way
+	flagSettling                    // a round's settlement is in flight
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
@@ -129,6 +130,14 @@ func (s *State) starved() bool { return s.flags.Load()&flagStarved != 0 }
 
 // clearStarved clears the starved flag and reports whether it was set.
 func (s *State) clearStarved() bool { return s.flags.And(^flagStarved)&flagStarved != 0 }
+
+// settling reports whether a round's settlement of the key is in flight.
+func (s *State) settling() bool { return s.flags.Load()&flagSettling != 0 }
+
+// setSettling and clearSettling mark a round's settlement of the key sent,
+// and its reply handled.
+func (s *State) setSettling()   { s.flags.Or(flagSettling) }
+func (s *State) clearSettling() { s.flags.And(^flagSettling) }
 
 // setQueued sets the queued flag and reports whether it was clear.
 func (s *State) setQueued() bool { return s.flags.Or(flagQueued)&flagQueued == 0 }
