@@ -229,6 +229,21 @@ func TestResult(t *testing.T) {
 		if st := l.Stats(); st.LocalDenied != 1 {
 			t.Errorf("Stats().LocalDenied = %d, want 1", st.LocalDenied)
 		}
+
+		// A denial counts this instance's lease as part of the bucket: one
+		// token of a first fetch of two is left here, 8 in Redis, and a
+		// request for 10 is denied with 9 remaining, one token short.
+		slow := hybrid.Limit{Rate: 1e-3, Burst: 10}
+		if res, err := l.Allow(context.Background(), "k2", slow); err != nil || !res.Allowed || res.Remaining != 9 {
+			t.Fatalf("Allow(k2) = %+v, %v, want allowed, 9 remaining", res, err)
+		}
+		res, err = l.AllowN(context.Background(), "k2", slow, 10)
+		if err != nil || res.Allowed || res.Source != hybrid.SourceLocal || res.Remaining != 9 {
+			t.Errorf("AllowN(k2, 10) = %+v, %v, want denied locally with 9 remaining (8 in Redis, 1 leased here)", res, err)
+		}
+		if want := 1000 * time.Second; res.RetryAfter < want-time.Second || res.RetryAfter > want {
+			t.Errorf("AllowN(k2, 10): RetryAfter %v, want about %v: the one token missing", res.RetryAfter, want)
+		}
 	})
 }
 

@@ -301,7 +301,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 			l.r.Starved(e, false)
 		}
 		l.stats.localDenied.Add(1)
-		return l.denied(sp, lim, cost, v, now, SourceLocal), true, nil
+		return l.denied(sp, lim, cost, v, l.lease(e, sp), now, SourceLocal), true, nil
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
 	// the concurrent requests for the key; while Redis still has tokens
@@ -355,7 +355,17 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
-	return l.denied(sp, lim, cost, e.View(), l.clock.Now(), SourceRedis), true, nil
+	return l.denied(sp, lim, cost, e.View(), l.lease(e, sp), l.clock.Now(), SourceRedis), true, nil
+}
+
+// lease returns the allowance e holds in lease mode, in micro-tokens: tokens
+// of the global bucket reserved for this instance. 0 in the other modes,
+// whose allowance is a budget (optimistic) or nothing.
+func (l *Limiter) lease(e *reconcile.Entry, sp *reconcile.Spec) int64 {
+	if sp.Mode != Lease {
+		return 0
+	}
+	return e.Allowance.Load()
 }
 
 // maxFetches bounds the shared fetches one request waits for.

@@ -112,12 +112,15 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 }
 
 // denied is the Result of a request for cost micro-tokens refused on the
-// view v of the global bucket, at now.
-func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View, now time.Duration, src Source) Result {
+// view v of the global bucket, at now, by an instance that holds held
+// micro-tokens of lease for the key (0 in the other modes): its lease is
+// part of the bucket too, outside the view.
+func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View, held int64, now time.Duration, src Source) Result {
 	tokens := v.Tokens
 	if v.Seen == 0 {
 		tokens = 0
 	}
+	tokens = min(tokens+max(held, 0), sp.Limit.Burst)
 	// The bucket refills from what it held when seen; other instances take
 	// their part too, so never promise sooner than the next round.
 	wait := limit.DurationFor(cost-tokens, sp.Limit.Rate) - v.Age(now)
