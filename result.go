@@ -144,7 +144,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	err := l.r.Do(ctx, e.Key(), func(ctx context.Context) error {
 		var err error
 		gr, err = l.g.Allow(ctx, e.Key(), global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}, cost/local.Micro)
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && isReply(err) {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && isReply(err) && !global.IsRefusal(err) {
 			return breaker.Answered(err) // Redis answered: the connection is fine
 		}
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 	"github.com/hybridlimit/hybrid/lua"
@@ -501,6 +502,12 @@ func failsThrough(t *testing.T, rdb redis.UniversalClient, prefix string, wants 
 	st := l.Stats()
 	if st.Reconcile.FetchErrors == 0 || st.FallbackAllowed != 3 {
 		t.Errorf("stats %+v; want failed fetches counted and 3 fallback admissions", st)
+	}
+	// A refusal (wrong or no credentials, an ACL that denies) fails the
+	// calls for the breaker, as no connection would: three in a row open it,
+	// and the fallback decides without a round trip each.
+	if !st.Degraded || st.Reconcile.Breaker == breaker.Closed {
+		t.Errorf("breaker %v, Degraded %v after 5 refused requests; want it open", st.Reconcile.Breaker, st.Degraded)
 	}
 	t.Logf("refused: breaker %v, fetch errors %d, key errors %d, round errors %d", st.Reconcile.Breaker, st.Reconcile.FetchErrors, st.Reconcile.KeyErrors, st.Reconcile.RoundErrors)
 	g := newGlobal(t, rdb, prefix)

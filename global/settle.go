@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
@@ -262,6 +263,28 @@ func markNotSent(cmds []*redis.Cmd, execErr error) {
 // isNoScript reports whether err means the script is not cached in Redis.
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// IsRefusal reports whether err is Redis refusing the caller rather than the
+// command: an error reply NOAUTH (no credentials; or, for a long command
+// from a client that has not authenticated, "ERR Protocol error:
+// unauthenticated ..."), WRONGPASS (wrong ones) or NOPERM (an ACL that
+// denies the command or the key). Redis answers, but it
+// will answer every call the same way until its configuration or the
+// client's changes; a circuit breaker should count it as a failure, not as
+// an answer.
+func IsRefusal(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range [...]string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR Protocol error: unauthenticated"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isReply reports whether err is an error reply from Redis, as opposed to

@@ -318,6 +318,19 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 	}
 }
 
+// refusal returns the first of replies' errors by which Redis refuses the
+// client (global.IsRefusal: NOAUTH, WRONGPASS, NOPERM), or nil. A call that
+// got one fails for the breaker: Redis will refuse every call alike, so the
+// fallback should decide without a round trip each.
+func refusal(replies []global.Reply) error {
+	for i := range replies {
+		if global.IsRefusal(replies[i].Err) {
+			return replies[i].Err
+		}
+	}
+	return nil
+}
+
 // wake wakes the requests waiting in AwaitRound: a call's replies have
 // been applied.
 func (r *Reconciler) wake() {
@@ -392,7 +405,12 @@ func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Sett
 		s, rep := sets[lo:hi], replies[lo:hi]
 		clear(rep)
 		start := r.clock.Now()
-		err := n.br.Do(ctx, func(ctx context.Context) error { return r.st.Settle(ctx, s, rep) })
+		err := n.br.Do(ctx, func(ctx context.Context) error {
+			if err := r.st.Settle(ctx, s, rep); err != nil {
+				return err
+			}
+			return refusal(rep)
+		})
 		end := r.clock.Now()
 		r.stats.lastRound.Store(int64(end - start))
 		if err == nil {
@@ -729,7 +747,12 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 func (r *Reconciler) settleOne(s global.Settlement) (global.Reply, error) {
 	sets := [1]global.Settlement{s}
 	var replies [1]global.Reply
-	err := r.Do(context.Background(), s.Key, func(ctx context.Context) error { return r.st.Settle(ctx, sets[:], replies[:]) })
+	err := r.Do(context.Background(), s.Key, func(ctx context.Context) error {
+		if err := r.st.Settle(ctx, sets[:], replies[:]); err != nil {
+			return err
+		}
+		return refusal(replies[:])
+	})
 	if err == nil {
 		err = replies[0].Err
 	}
