@@ -319,6 +319,9 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 			if errors.Is(err, reconcile.ErrClosed) {
 				return Result{}, false, ErrClosed
 			}
+			if errors.Is(err, reconcile.ErrGone) {
+				return Result{}, false, nil // evicted meanwhile: look it up again
+			}
 			return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 		}
 		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
@@ -341,6 +344,9 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		}
 		if err != nil && ctx.Err() != nil {
 			return Result{}, false, ctx.Err()
+		}
+		if errors.Is(err, reconcile.ErrGone) {
+			return Result{}, false, nil // evicted meanwhile: look it up again
 		}
 	}
 	// A settlement round for the key may be under way, and may be what

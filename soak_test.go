@@ -205,14 +205,14 @@ func TestManyKeys(t *testing.T) {
 		t.Fatalf("%d of %d first requests denied, want none: each key's budget holds its cost", n, keys)
 	}
 	// Every eviction's dues are settled by the rounds that follow: wait
-	// until no orphan is left and no key has been settled for ten
-	// intervals (a round in flight settles keys call by call).
+	// until no orphan is left, in the store or in a round under way, and
+	// no key has been settled for ten intervals.
 	var st hybrid.Stats
 	var settled uint64
 	var quiet time.Time
 	if !pollUntil(60*time.Second, 10*time.Millisecond, func() bool {
 		st = l.Stats()
-		if st.Reconcile.Orphans > 0 || st.Reconcile.KeysSettled != settled {
+		if st.Reconcile.Orphans > 0 || st.Reconcile.InFlight > 0 || st.Reconcile.KeysSettled != settled {
 			settled, quiet = st.Reconcile.KeysSettled, time.Now()
 			return false
 		}

@@ -87,6 +87,7 @@ type descs struct {
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
+	inFlight                                             *prometheus.Desc
 	unsettled, instances, live, skew, rtt                *prometheus.Desc
 }
 
@@ -135,6 +136,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		evictionsWithDues: desc("evictions_with_dues_total",
 			"Keys that left the store with consumption to charge or a lease to give back: they were settled as orphans."),
 		orphans:   desc("orphans", "Keys that left the store with dues, waiting for the next round."),
+		inFlight:  desc("settlements_in_flight", "Settlements of the round under way not answered yet."),
 		keys:      desc("keys", "Keys tracked in memory."),
 		unsettled: desc("unsettled_tokens", "Consumption the last settlement round could not charge to Redis and keeps for a later one; it grows during an outage."),
 		instances: desc("instances", "The fleet size the fallback shares are computed with: Config.Instances, or the live count."),
@@ -165,7 +167,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors,
 		d.transitions, d.breakerState, d.nodeState, d.degraded,
-		d.evictions, d.evictionsWithDues, d.orphans, d.keys,
+		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
 	} {
 		ch <- x
@@ -247,6 +249,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.evictions, r.Evicted)
 	counter(d.evictionsWithDues, r.EvictedPending)
 	gauge(d.orphans, float64(r.Orphans))
+	gauge(d.inFlight, float64(r.InFlight))
 	gauge(d.keys, float64(r.Keys))
 	gauge(d.unsettled, tokens(r.Unsettled))
 	gauge(d.instances, float64(r.Instances))

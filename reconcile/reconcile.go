@@ -82,6 +82,11 @@ type Config struct {
 // ErrClosed is returned by a closed Reconciler.
 var ErrClosed = errors.New("reconcile: closed")
 
+// ErrGone is returned by Fetch and Take for an entry that has left the store
+// (evicted, or retired by a limit change): the caller should look the key up
+// again rather than decide without Redis.
+var ErrGone = errors.New("reconcile: entry gone")
+
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("reconcile: invalid config")
 

@@ -660,3 +660,24 @@ func TestAwaitRound(t *testing.T) {
 		}
 	})
 }
+
+// TestFetchGone: Fetch and Take of an entry that left the store say so with
+// ErrGone, for the caller to look the key up again, and send nothing.
+func TestFetchGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		r.Keys().Remove("k")
+		if err := r.Fetch(context.Background(), e, M); !errors.Is(err, reconcile.ErrGone) {
+			t.Errorf("Fetch of a removed entry = %v, want ErrGone", err)
+		}
+		if ok, err := r.Take(context.Background(), e, M); ok || !errors.Is(err, reconcile.ErrGone) {
+			t.Errorf("Take of a removed entry = %v, %v, want false, ErrGone", ok, err)
+		}
+		if n, _ := st.counts(); n != 0 {
+			t.Errorf("%d Settle calls, want none", n)
+		}
+	})
+}

@@ -204,6 +204,8 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	}
 	replies, ends := r.replies[:n], r.ends[:n]
 	r.stats.rounds.Add(1)
+	r.stats.inFlight.Store(int64(n))
+	defer r.stats.inFlight.Store(0)
 	for i := r.resends; i < n; i++ { // the new ones; resends keep theirs
 		r.seq++
 		r.sets[i].Instance, r.sets[i].Seq = r.dedup, r.seq
@@ -222,6 +224,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			for i := lo; i < hi; i++ {
 				kept += r.settled(i, &replies[i], ends[i])
 			}
+			r.stats.inFlight.Add(int64(lo - hi))
 			r.wake()
 		})
 	} else {
@@ -254,6 +257,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 				replies[i], ends[i] = c.g.replies[j], c.g.ends[j]
 				kept += r.settled(i, &replies[i], ends[i])
 			}
+			r.stats.inFlight.Add(int64(c.lo - c.hi))
 			r.wake()
 		}
 		for _, g := range groups {
@@ -686,6 +690,7 @@ func (r *Reconciler) takeOrphans() {
 		r.owners = append(r.owners, owner{sp: o.spec})
 		delete(r.orphans, key)
 	}
+	r.stats.inFlight.Store(int64(len(r.sets))) // so that Stats never sees the orphans taken nowhere
 	r.orphanConsumed = 0
 	for _, o := range r.orphans { // in doubt: still owed
 		r.orphanConsumed += o.consumed
@@ -718,7 +723,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	r.stats.fetches.Add(1)
 	sp := e.X.Spec()
 	if sp == nil || e.Retired() {
-		return fmt.Errorf("reconcile: fetch %q: entry gone", e.Key())
+		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), ErrGone)
 	}
 	// It charges nothing: consumption is charged by the rounds alone, whose
 	// settlements are sent again, not charged twice, when a reply is lost.
@@ -813,6 +818,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 		}
 	}
 	r.stats.unsettled.Store(lost)
+	r.stats.inFlight.Store(0)
 	if _, err := r.st.Leave(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval); err != nil {
 		errs = append(errs, fmt.Errorf("reconcile: close: leave the fleet: %w", err))
 	}
@@ -829,7 +835,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, error) {
 	sp := e.X.Spec()
 	if sp == nil || e.Retired() {
-		return false, fmt.Errorf("reconcile: take %q: entry gone", e.Key())
+		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), ErrGone)
 	}
 	type result struct {
 		granted bool

@@ -18,6 +18,7 @@ type counters struct {
 	evictedPending         atomic.Uint64
 	uncertain              atomic.Uint64
 	duplicates             atomic.Uint64
+	inFlight               atomic.Int64
 	doubtsExpired          atomic.Uint64
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
@@ -56,7 +57,8 @@ type Stats struct {
 	Breaker         breaker.State // the state now of the breaker furthest from closed (of Nodes)
 	Instances       int64         // the fleet size used for fallback shares
 	Keys            int           // keys tracked
-	Orphans         int           // keys that left the store with dues still to settle
+	Orphans         int           // keys that left the store with dues still to settle, not yet in a round
+	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -98,6 +100,7 @@ type Stats struct {
 func (r *Reconciler) Stats() Stats {
 	r.mu.Lock()
 	orphans := len(r.orphans)
+	inFlight := r.stats.inFlight.Load() // set with the orphans taken, under mu
 	r.mu.Unlock()
 	s := Stats{
 		Rounds:          r.stats.rounds.Load(),
@@ -119,6 +122,7 @@ func (r *Reconciler) Stats() Stats {
 		Instances:       r.live.Load(),
 		Keys:            r.keys.Len(),
 		Orphans:         orphans,
+		InFlight:        int(inFlight),
 		LocalAllowed:    r.stats.localAllowed.Load(),
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),

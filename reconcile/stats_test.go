@@ -333,3 +333,33 @@ func TestStatsLive(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsInFlight: while a round is under way, the settlements it holds,
+// orphans it took included, are InFlight rather than nowhere; none once it
+// is answered.
+func TestStatsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Optimistic)
+		for _, k := range []string{"a", "b", "c"} {
+			e := entry(r, k, sp)
+			r.Keys().Get(k)
+			e.Pending.Add(M)
+		}
+		r.Keys().Remove("c") // an orphan now
+		gate := make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round waits at the gate
+		if s := r.Stats(); s.InFlight != 3 || s.Orphans != 0 {
+			t.Errorf("during the round: InFlight %d, Orphans %d, want 3, 0", s.InFlight, s.Orphans)
+		}
+		close(gate)
+		synctest.Wait()
+		if s := r.Stats(); s.InFlight != 0 || s.Unsettled != 0 {
+			t.Errorf("after the round: InFlight %d, Unsettled %d, want 0, 0", s.InFlight, s.Unsettled)
+		}
+	})
+}
