@@ -120,10 +120,11 @@ type Reconciler struct {
 
 	log *slog.Logger
 
-	mu             sync.Mutex // protects orphans, orphanConsumed, low and closed
+	mu             sync.Mutex // protects orphans, spare, orphanConsumed, low and closed
 	orphans        map[string]orphan
-	orphanConsumed int64    // the sum of the orphans' consumed
-	low            []*Entry // leases that ran low, for the next early round
+	spare          map[string]orphan // an empty map for the next swap of orphans, or nil
+	orphanConsumed int64             // the sum of the orphans' consumed
+	low            []*Entry          // leases that ran low, for the next early round
 	closed         bool
 
 	stop context.CancelFunc

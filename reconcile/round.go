@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -680,30 +679,49 @@ func (r *Reconciler) addOrphan(key string, sp *Spec, consumed, returned int64) {
 
 // takeOrphans moves the orphans into the batch.
 func (r *Reconciler) takeOrphans() {
+	// The map is swapped under the lock and read outside it: a round after
+	// an outage or a burst of evictions may take hundreds of thousands, and
+	// requests take the lock too (Orphan, Fetch, Starved).
 	r.mu.Lock()
-	taken := len(r.orphans)
-	for key, o := range r.orphans {
+	taken := r.orphans
+	if len(taken) == 0 {
+		r.stats.inFlight.Store(int64(len(r.sets)))
+		r.mu.Unlock()
+		return
+	}
+	r.orphans = r.spare
+	r.spare = nil
+	if r.orphans == nil {
+		r.orphans = make(map[string]orphan)
+	}
+	r.orphanConsumed = 0
+	// So that Stats never sees the orphans taken nowhere (those in doubt,
+	// put back below, are counted twice meanwhile).
+	r.stats.inFlight.Store(int64(len(r.sets) + len(taken)))
+	r.mu.Unlock()
+
+	var back []string // keys in doubt: their dues wait for the next round
+	for key, o := range taken {
 		if r.inDoubt[key] {
-			continue // after its settlement in doubt
+			back = append(back, key)
+			continue
 		}
 		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Consumed: o.consumed, Returned: o.returned})
 		r.owners = append(r.owners, owner{sp: o.spec})
-		delete(r.orphans, key)
 	}
-	r.stats.inFlight.Store(int64(len(r.sets))) // so that Stats never sees the orphans taken nowhere
-	r.orphanConsumed = 0
-	for _, o := range r.orphans { // in doubt: still owed
-		r.orphanConsumed += o.consumed
+	for _, key := range back {
+		o := taken[key]
+		r.addOrphan(key, o.spec, o.consumed, o.returned)
 	}
-	if taken > 4*maxBatch && len(r.orphans) < maxBatch {
-		// A map keeps its size once grown (maps.Clone too): let go of one
-		// that a burst of evictions or an outage made large, keeping the
-		// orphans still in doubt.
-		m := make(map[string]orphan, len(r.orphans))
-		maps.Copy(m, r.orphans)
-		r.orphans = m
+	r.stats.inFlight.Store(int64(len(r.sets)))
+	// Keep the map for the next swap, unless a burst made it large: a map
+	// keeps its size once grown.
+	if len(taken) <= 4*maxBatch {
+		clear(taken)
+		r.mu.Lock()
+		r.spare = taken
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
 }
 
 // trim lets go of the round's buffers when they are much larger than the
