@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -364,6 +367,9 @@ func TestSoak(t *testing.T) {
 	if !proc.Owned() {
 		t.Skip("REDIS_ADDR names a server this test cannot kill")
 	}
+	// Sampled finely enough to name what grew, should the heap grow.
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 64 << 10
 	goroutines0, heap0 := runtime.NumGoroutine(), heapNow()
 
 	fleet := make([]*soakInstance, instances)
@@ -498,8 +504,10 @@ func TestSoak(t *testing.T) {
 
 	run("warm-up", warm, 1)
 	goroutines1, heap1 := runtime.NumGoroutine(), heapNow()
+	sites1 := heapSites()
 	run("soak", d-warm, 2)
 	goroutines2, heap2 := runtime.NumGoroutine(), heapNow()
+	sites2 := heapSites()
 	t.Logf("goroutines: %d before, %d after the warm-up, %d after the soak; heap: %v before, %v after the warm-up, %v after the soak",
 		goroutines0, goroutines1, goroutines2, heap0, heap1, heap2)
 
@@ -523,7 +531,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("%d goroutines after the soak, %d after the warm-up:\n%s", goroutines2, goroutines1, buf)
 	}
 	if heap1.grew(heap2) {
-		t.Errorf("heap grew from %v after the warm-up to %v after the soak", heap1, heap2)
+		t.Errorf("heap grew from %v after the warm-up to %v after the soak; the sites that grew most:%s", heap1, heap2, grownSites(sites1, sites2, 10))
 	}
 
 	closeAll()
@@ -538,6 +546,64 @@ func TestSoak(t *testing.T) {
 	if heap0.grew(heap3) {
 		t.Errorf("heap %v after Close, %v before the limiters were made", heap3, heap0)
 	}
+}
+
+// heapSites returns the bytes in use by allocation site, as of the last
+// garbage collection (call it after heapNow), sampled at
+// runtime.MemProfileRate. A site is the first frame in this module outside
+// the tests, or the first frame.
+func heapSites() map[string]int64 {
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+50)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	sites := map[string]int64{}
+	for _, rec := range recs {
+		frames := runtime.CallersFrames(rec.Stack())
+		site := ""
+		for {
+			f, more := frames.Next()
+			if site == "" {
+				site = fmt.Sprintf("%s:%d", f.Function, f.Line)
+			}
+			if strings.HasPrefix(f.Function, "github.com/hybridlimit/hybrid") && !strings.Contains(f.File, "_test.go") {
+				site = fmt.Sprintf("%s:%d", f.Function, f.Line)
+				break
+			}
+			if !more {
+				break
+			}
+		}
+		sites[site] += rec.InUseBytes()
+	}
+	return sites
+}
+
+// grownSites lists the n sites of after that hold the most bytes more than
+// in before.
+func grownSites(before, after map[string]int64, n int) string {
+	type site struct {
+		name  string
+		bytes int64
+	}
+	var grown []site
+	for name, b := range after {
+		if d := b - before[name]; d > 0 {
+			grown = append(grown, site{name, d})
+		}
+	}
+	slices.SortFunc(grown, func(a, b site) int { return cmp.Compare(b.bytes, a.bytes) })
+	var sb strings.Builder
+	for _, g := range grown[:min(n, len(grown))] {
+		fmt.Fprintf(&sb, "\n\t%+.1f KiB %s", float64(g.bytes)/1024, g.name)
+	}
+	return sb.String()
 }
 
 // mib returns n bytes in MiB.

@@ -131,19 +131,20 @@ type Reconciler struct {
 	wg   sync.WaitGroup // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
-	batch   []*Entry
-	held    []*Entry
-	sets    []global.Settlement
-	owners  []owner // owners[i] is whose sets[i] is
-	replies []global.Reply
-	ends    []time.Duration // ends[i] is when the reply to sets[i] came
-	dedup   string          // Settlement.Instance: random, this Reconciler's alone
-	seq     int64           // the last Settlement.Seq given
-	doubts  []doubt         // settlements without a reply, to send again
-	inDoubt map[string]bool // their keys, while a round sends them again
-	resends int             // the first resends of sets are doubts sent again
-	groups  []*group        // the nodes of a round's keys
-	failing failing         // the rounds failing in a row, for the log
+	batch       []*Entry
+	held        []*Entry
+	sets        []global.Settlement
+	owners      []owner // owners[i] is whose sets[i] is
+	replies     []global.Reply
+	ends        []time.Duration // ends[i] is when the reply to sets[i] came
+	dedup       string          // Settlement.Instance: random, this Reconciler's alone
+	seq         int64           // the last Settlement.Seq given
+	doubts      []doubt         // settlements without a reply, to send again
+	inDoubt     map[string]bool // their keys, while a round sends them again
+	inDoubtPeak int             // the most keys inDoubt has held since it was made
+	resends     int             // the first resends of sets are doubts sent again
+	groups      []*group        // the nodes of a round's keys
+	failing     failing         // the rounds failing in a row, for the log
 }
 
 // orphan is what a key that left the store still owes Redis, or Redis owes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -678,6 +679,60 @@ func TestFetchGone(t *testing.T) {
 		}
 		if n, _ := st.counts(); n != 0 {
 			t.Errorf("%d Settle calls, want none", n)
+		}
+	})
+}
+
+// TestDoubtsShrink: the settlements of a large round whose replies were
+// lost (orphans after an outage) fill the list and map of doubts; once they
+// are answered, the reconciler lets go of both, as it does of a large
+// round's buffers, so that its memory follows the doubts it has.
+func TestDoubtsShrink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: breaker.Config{ConsecutiveFailures: 1 << 30, FailureRatio: 1, MinRequests: 1 << 30}})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Optimistic)
+		const n = 10 * reconcile.MaxBatch
+		for i := range n {
+			r.Orphan("k"+strconv.Itoa(i), sp, M)
+		}
+		// buffers returns the doubts' buffers during the next round, which
+		// waits in its first call meanwhile (the round's state is the
+		// loop's: the store's lock and the gate order the reads).
+		buffers := func() (capacity, peak int) {
+			gate := make(chan struct{})
+			st.set(func(s *store) { s.gate = gate })
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+			st.set(func(s *store) { s.gate = nil })
+			capacity, peak = reconcile.DoubtBuffers(r)
+			close(gate)
+			synctest.Wait()
+			return capacity, peak
+		}
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // applied, every reply lost
+		st.set(func(s *store) { s.lost = nil })
+		if c, peak := buffers(); c < n || peak < n { // sent again: duplicates
+			t.Fatalf("while the doubts are sent again: their capacity %d, map peak %d, want at least %d each", c, peak, n)
+		}
+		if s := r.Stats(); s.Duplicates != n || s.Unsettled != 0 {
+			t.Fatalf("Duplicates %d, Unsettled %d after the resend, want %d, 0", s.Duplicates, s.Unsettled, n)
+		}
+		r.Orphan("k0", sp, M) // for the round to call the store
+		if c, peak := buffers(); c > 4*reconcile.MaxBatch || peak > 4*reconcile.MaxBatch {
+			t.Errorf("doubts capacity %d, map peak %d with nothing in doubt, want at most %d each", c, peak, 4*reconcile.MaxBatch)
+		}
+		for i := range n {
+			want := int64(99 * M)
+			if i == 0 {
+				want = 98 * M
+			}
+			if got, _ := st.get("k" + strconv.Itoa(i)); got != want {
+				t.Fatalf("Redis holds %d for k%d, want %d: charged once", got, i, want)
+			}
 		}
 	})
 }

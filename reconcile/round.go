@@ -272,10 +272,11 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	// The keys in doubt now: those of a round's resends that failed again
 	// and of the settlements that got no reply, and, after an early
 	// round, those of the last round still waiting for the next.
-	clear(r.inDoubt)
+	r.clearInDoubt(len(r.doubts))
 	for i := range r.doubts {
 		r.inDoubt[r.doubts[i].s.Key] = true
 	}
+	r.inDoubtPeak = max(r.inDoubtPeak, len(r.inDoubt))
 	if failed != nil {
 		r.stats.roundErrors.Add(1)
 		r.roundFailed(n, failed)
@@ -481,7 +482,8 @@ const maxDoubt = 5 * time.Minute
 // keys still in doubt).
 func (r *Reconciler) takeDoubts() {
 	now := r.clock.Now()
-	clear(r.inDoubt)
+	n := len(r.doubts)
+	r.clearInDoubt(n)
 	for _, d := range r.doubts {
 		if now-d.o.since > maxDoubt {
 			r.stats.doubtsExpired.Add(1)
@@ -492,9 +494,27 @@ func (r *Reconciler) takeDoubts() {
 		r.owners = append(r.owners, d.o)
 		r.inDoubt[d.s.Key] = true
 	}
+	r.inDoubtPeak = max(r.inDoubtPeak, len(r.inDoubt))
 	r.resends = len(r.sets)
-	clear(r.doubts)
-	r.doubts = r.doubts[:0]
+	// As trim does for the round's buffers: the doubts of one round cut
+	// short after an outage may be tens of thousands, those of the next
+	// few. Memory follows the doubts, not the largest round in doubt.
+	if cap(r.doubts) > 4*max(n, maxBatch) {
+		r.doubts = nil
+	} else {
+		clear(r.doubts)
+		r.doubts = r.doubts[:0]
+	}
+}
+
+// clearInDoubt empties r.inDoubt for n keys, in a new map when the one it
+// has held many more (a map keeps its size once grown).
+func (r *Reconciler) clearInDoubt(n int) {
+	if r.inDoubtPeak > 4*max(n, maxBatch) {
+		r.inDoubt, r.inDoubtPeak = make(map[string]bool, n), 0
+		return
+	}
+	clear(r.inDoubt)
 }
 
 // settlement computes what e settles this round: its unsettled consumption

@@ -1,0 +1,11 @@
+package reconcile
+
+// DoubtBuffers returns the capacity of r's list of settlements in doubt and
+// the most keys its map of them has held since it was made. Call it between
+// rounds.
+func DoubtBuffers(r *Reconciler) (capacity, peak int) {
+	return cap(r.doubts), r.inDoubtPeak
+}
+
+// MaxBatch is maxBatch.
+const MaxBatch = maxBatch
