@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,7 +148,7 @@ func (s *Store[X]) GetOrAdd(key string) (e *Entry[X], added bool) {
 	e = newEntry[X](strings.Clone(key), uint32(h>>32))
 	e.touched.Store(s.epoch.Load())
 	if s.track {
-		sh.touched = append(sh.touched, e)
+		sh.listTouched(e)
 	}
 	sh.insertLocked(e)
 	sh.lru.Add(e, struct{}{})
@@ -286,11 +287,25 @@ func (sh *shard[X]) touch(e *Entry[X], epoch uint32) {
 	sh.mu.Lock()
 	if e.touched.Load() != epoch {
 		if _, ok := sh.lru.Get(e); ok && sh.store.track { // not if e has just left
-			sh.touched = append(sh.touched, e)
+			sh.listTouched(e)
 		}
 		e.touched.Store(epoch)
 	}
 	sh.mu.Unlock()
+}
+
+// listTouched appends e to the shard's touched list; sh.mu is held. The
+// entries evicted since they were listed stay there until the next Tick,
+// which a slow round may put off while keys churn through the store: when
+// the list would grow past twice the entries the shard holds, it lets go of
+// those first, so that it keeps within the store's bound however long the
+// Tick is late. (Amortised O(1): the list holds each of the shard's entries
+// once at most, so that at least halves it.)
+func (sh *shard[X]) listTouched(e *Entry[X]) {
+	if n := len(sh.touched); n == cap(sh.touched) && n >= 2*max(sh.lru.Len(), minSlots) {
+		sh.touched = slices.DeleteFunc(sh.touched, (*Entry[X]).Retired)
+	}
+	sh.touched = append(sh.touched, e)
 }
 
 // onLRUEvict is the simplelru eviction callback; sh.mu is held. It unlinks e

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -373,6 +374,33 @@ func TestStoreTouched(t *testing.T) {
 	untracked.GetOrAdd("a")
 	if got := untracked.Tick(nil); len(got) != 0 {
 		t.Fatalf("Tick without TrackTouched listed %d entries", len(got))
+	}
+}
+
+// TestStoreTouchedBound: keys churning through a store whose Tick is late
+// (a round held up by a slow Redis) do not pile up in the touched lists:
+// evicted entries are let go, and Tick lists every entry still held.
+func TestStoreTouchedBound(t *testing.T) {
+	const capacity = 64
+	s, _ := newTestStore(t, Config[none]{TrackTouched: true, Capacity: capacity, Shards: 1})
+	for i := range 100_000 {
+		s.GetOrAdd("k" + strconv.Itoa(i))
+	}
+	sh := &s.shards[0]
+	sh.mu.Lock()
+	n, c := len(sh.touched), cap(sh.touched)
+	sh.mu.Unlock()
+	if n > 2*capacity+1 || c > 4*capacity {
+		t.Errorf("touched list: %d entries in a capacity of %d after 100000 keys churned through a store of %d, want at most %d and %d", n, c, capacity, 2*capacity+1, 4*capacity)
+	}
+	live := 0
+	for _, e := range s.Tick(nil) {
+		if !e.Retired() {
+			live++
+		}
+	}
+	if live != capacity {
+		t.Errorf("Tick listed %d entries still held, want %d", live, capacity)
 	}
 }
 
