@@ -120,8 +120,9 @@ type Reconciler struct {
 
 	log *slog.Logger
 
-	mu             sync.Mutex // protects orphans, spare, orphanConsumed, low and closed
+	mu             sync.Mutex // protects orphans, fetchDoubts, spare, orphanConsumed, low and closed
 	orphans        map[string]orphan
+	fetchDoubts    []doubt           // fetches whose reply was lost, for the next round to send again
 	spare          map[string]orphan // an empty map for the next swap of orphans, or nil
 	orphanConsumed int64             // the sum of the orphans' consumed
 	low            []*Entry          // leases that ran low, for the next early round
@@ -139,6 +140,8 @@ type Reconciler struct {
 	ends        []time.Duration // ends[i] is when the reply to sets[i] came
 	dedup       string          // Settlement.Instance: random, this Reconciler's alone
 	seq         int64           // the last Settlement.Seq given
+	fetchID     string          // Settlement.Instance of the fetches: dedup + ".f"
+	fetchSeq    atomic.Int64    // the last Seq given to a fetch
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made
@@ -202,6 +205,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	var id [8]byte
 	rand.Read(id[:])
 	r.dedup = hex.EncodeToString(id[:])
+	r.fetchID = r.dedup + ".f"
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

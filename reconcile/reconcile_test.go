@@ -736,3 +736,44 @@ func TestDoubtsShrink(t *testing.T) {
 		}
 	})
 }
+
+// TestLostFetchResent: a fetch whose reply is lost after Redis granted it
+// fails, and the next round sends it again, as it was: Redis answers it as a
+// duplicate with its first grant, which reaches the entry, so the lease is
+// not lost to the fleet. The fetch's Seq is counted apart from the rounds':
+// the round that sends it again settles the key too.
+func TestLostFetchResent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Lease))
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		if err := r.Fetch(context.Background(), e, M); err == nil {
+			t.Fatal("Fetch with its reply lost: no error")
+		}
+		st.set(func(s *store) { s.lost = nil })
+		granted, _ := st.get("k")
+		granted = 100*M - granted
+		if granted < M || e.Allowance.Load() != 0 {
+			t.Fatalf("after the lost fetch: %d granted in Redis, %d in the entry, want at least %d and 0", granted, e.Allowance.Load(), M)
+		}
+		if s := r.Stats(); s.Uncertain != 1 {
+			t.Fatalf("Uncertain = %d after the lost fetch, want 1", s.Uncertain)
+		}
+		e.Pending.Add(M) // spent, for the round to settle alongside
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		s := r.Stats()
+		if s.Duplicates != 1 {
+			t.Errorf("Duplicates = %d after the round, want 1: the fetch sent again", s.Duplicates)
+		}
+		got, _ := st.get("k")
+		if held := e.Allowance.Load(); got+held != 99*M {
+			t.Errorf("Redis holds %d and the entry %d after the round, want %d between them: the grant reached the entry, the spent token was charged", got, held, 99*M)
+		}
+		if s.Unsettled != 0 {
+			t.Errorf("Unsettled = %d, want 0", s.Unsettled)
+		}
+	})
+}

@@ -274,7 +274,9 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	// round, those of the last round still waiting for the next.
 	r.clearInDoubt(len(r.doubts))
 	for i := range r.doubts {
-		r.inDoubt[r.doubts[i].s.Key] = true
+		if r.doubts[i].s.Instance == r.dedup {
+			r.inDoubt[r.doubts[i].s.Key] = true
+		}
 	}
 	r.inDoubtPeak = max(r.inDoubtPeak, len(r.inDoubt))
 	if failed != nil {
@@ -463,7 +465,9 @@ type owner struct {
 // doubt is a settlement that got no reply, and so may or may not have been
 // applied: it is sent again, as it was, at the next rounds, first of all,
 // and nothing newer is settled for its key meanwhile (Redis takes a lower
-// sequence number than the last it applied for a duplicate).
+// sequence number than the last it applied for a duplicate). A fetch in
+// doubt (Instance fetchID) is sent again the same way, but holds nothing
+// back: the rounds' Seqs are counted apart from the fetches'.
 type doubt struct {
 	s global.Settlement
 	o owner
@@ -476,12 +480,22 @@ type doubt struct {
 // worst, which errs towards denying) and gives nothing back.
 const maxDoubt = 5 * time.Minute
 
-// takeDoubts puts the settlements in doubt first in r.sets, for the round
-// to send again, and gives up those in doubt for longer than maxDoubt. Their
-// keys are in r.inDoubt until the replies come (send then sets it to the
+// takeDoubts puts the settlements in doubt, and the fetches found in doubt
+// since the last round, first in r.sets, for the round to send again, and
+// gives up those in doubt for longer than maxDoubt. The keys of the rounds'
+// own are in r.inDoubt until the replies come (send then sets it to the
 // keys still in doubt).
 func (r *Reconciler) takeDoubts() {
 	now := r.clock.Now()
+	r.mu.Lock()
+	r.doubts = append(r.doubts, r.fetchDoubts...)
+	if cap(r.fetchDoubts) > 4*maxBatch {
+		r.fetchDoubts = nil
+	} else {
+		clear(r.fetchDoubts)
+		r.fetchDoubts = r.fetchDoubts[:0]
+	}
+	r.mu.Unlock()
 	n := len(r.doubts)
 	r.clearInDoubt(n)
 	for _, d := range r.doubts {
@@ -492,7 +506,9 @@ func (r *Reconciler) takeDoubts() {
 		}
 		r.sets = append(r.sets, d.s)
 		r.owners = append(r.owners, d.o)
-		r.inDoubt[d.s.Key] = true
+		if d.s.Instance == r.dedup { // a fetch's Seqs are not the rounds'
+			r.inDoubt[d.s.Key] = true
+		}
 	}
 	r.inDoubtPeak = max(r.inDoubtPeak, len(r.inDoubt))
 	r.resends = len(r.sets)
@@ -774,10 +790,21 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			}
 			s.Want = max(tgt, cost) - bal
 			s.MinGrant = cost - bal
+			// A grant is what a lost reply would lose: the fetch is
+			// numbered, under a name of the fetches' own (one key's fetches
+			// never overlap, but they may overtake its rounds), and sent
+			// again by the next round if its reply is lost.
+			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
 	}
 	rep, err := r.settleOne(s)
 	if err != nil {
+		if s.Seq > 0 && mayBeApplied(err) {
+			r.stats.uncertain.Add(1)
+			r.mu.Lock()
+			r.fetchDoubts = append(r.fetchDoubts, doubt{s, owner{e: e, sp: sp, since: r.clock.Now()}})
+			r.mu.Unlock()
+		}
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
 	}
 	r.apply(&s, owner{e: e, sp: sp}, &rep, r.clock.Now())

@@ -49,7 +49,7 @@ type Stats struct {
 	Transitions     uint64        // breaker state changes
 	Evicted         uint64        // entries that left the store
 	EvictedPending  uint64        // entries that left the store with consumption to charge or a lease to give back: they became orphans
-	Uncertain       uint64        // settlements that got no reply, so may have been applied: each is sent again until a reply tells
+	Uncertain       uint64        // settlements (and fetches asking for a grant) that got no reply, so may have been applied: each is sent again until a reply tells
 	Duplicates      uint64        // settlements sent again that Redis had applied already: each a charge not made twice
 	DoubtsExpired   uint64        // settlements in doubt for 5 minutes, given up: consumption charged anew, give-back dropped
 	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
