@@ -246,11 +246,14 @@ func checkSchedule(t *testing.T, s schedule, events []event, overshoot int64) {
 // bucket is full (B/N, at least the cost) when first used, refills at R/N
 // (at least one micro-token a second) and never holds more than its burst,
 // so the admissions are at most one burst plus, between two of them, the
-// refill over the gap but never more than a burst.
+// refill over the gap but never more than a burst. The refill's remainder
+// is carried from gap to gap, as the bucket carries it: flooring each gap
+// alone made the bound a few micro-tokens short over many small gaps.
 type fallbackBound struct {
 	admitted, bound int64 // micro-tokens
 	last            event
-	burst           int64 // the largest burst the bucket had
+	burst           int64    // the largest burst the bucket had
+	rem             *big.Int // the refill's remainder, in micro-token nanoseconds: the bucket carries it
 }
 
 // add counts e and returns the admissions so far and their bound.
@@ -263,12 +266,17 @@ func (b *fallbackBound) add(e event, lim hybrid.Limit) (admitted, bound int64) {
 	} else {
 		b.burst = max(b.burst, burst)
 		rate := max(int64(math.Round(lim.Rate*micro))/min(n, max(b.last.n, 1)), 1)
+		if b.rem == nil {
+			b.rem = new(big.Int)
+		}
 		refill := new(big.Int).Mul(big.NewInt(rate), big.NewInt(int64(e.at-b.last.at)))
-		refill.Quo(refill, big.NewInt(int64(time.Second)))
+		refill.Add(refill, b.rem)
+		refill.QuoRem(refill, big.NewInt(int64(time.Second)), b.rem)
 		if refill.IsInt64() && refill.Int64() < b.burst {
 			b.bound += refill.Int64()
 		} else {
 			b.bound += b.burst
+			b.rem.SetInt64(0)
 		}
 	}
 	b.admitted += e.cost
