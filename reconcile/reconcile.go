@@ -122,7 +122,7 @@ type Reconciler struct {
 
 	mu             sync.Mutex // protects orphans, fetchDoubts, spare, orphanConsumed, low and closed
 	orphans        map[string]orphan
-	fetchDoubts    []doubt           // fetches whose reply was lost, for the next round to send again
+	fetchDoubts    map[string]doubt  // by key, the last fetch whose reply was lost: the key's next fetch or round sends it again
 	spare          map[string]orphan // an empty map for the next swap of orphans, or nil
 	orphanConsumed int64             // the sum of the orphans' consumed
 	low            []*Entry          // leases that ran low, for the next early round
@@ -190,15 +190,16 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		cfg.InstanceID = hex.EncodeToString(b[:])
 	}
 	r := &Reconciler{
-		st:      st,
-		clock:   local.NewClock(),
-		cfg:     cfg,
-		lc:      cfg.LocalCapacity * local.Micro,
-		gap:     cfg.SyncInterval / 4,
-		early:   make(chan struct{}, 1),
-		orphans: make(map[string]orphan),
-		log:     cfg.Logger,
-		inDoubt: make(map[string]bool),
+		st:          st,
+		clock:       local.NewClock(),
+		cfg:         cfg,
+		lc:          cfg.LocalCapacity * local.Micro,
+		gap:         cfg.SyncInterval / 4,
+		early:       make(chan struct{}, 1),
+		orphans:     make(map[string]orphan),
+		log:         cfg.Logger,
+		inDoubt:     make(map[string]bool),
+		fetchDoubts: make(map[string]doubt),
 	}
 	applied := make(chan struct{})
 	r.applied.Store(&applied)

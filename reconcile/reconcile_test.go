@@ -777,3 +777,51 @@ func TestLostFetchResent(t *testing.T) {
 		}
 	})
 }
+
+// TestLostFetchResentByFetch: the key's next fetch, before any round, sends
+// the fetch in doubt again, as it was, rather than a newer one that would
+// make it read as superseded: its grant reaches the entry.
+func TestLostFetchResentByFetch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Lease))
+		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+		if err := r.Fetch(context.Background(), e, M); err == nil {
+			t.Fatal("Fetch with its reply lost: no error")
+		}
+		st.set(func(s *store) { s.lost = nil })
+		granted, _ := st.get("k")
+		granted = 100*M - granted
+		if err := r.Fetch(context.Background(), e, M); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Allowance.Load(); got != granted {
+			t.Errorf("the entry holds %d after the second fetch, want the %d granted to the first", got, granted)
+		}
+		if got, _ := st.get("k"); got != 100*M-granted {
+			t.Errorf("Redis holds %d, want %d: granted once", got, 100*M-granted)
+		}
+		st.mu.Lock()
+		seqs := slices.Clone(st.seqs["k"])
+		st.mu.Unlock()
+		if len(seqs) != 2 || seqs[0] != seqs[1] {
+			t.Errorf("the key was sent Seqs %v, want the same one twice", seqs)
+		}
+		if s := r.Stats(); s.Uncertain != 1 || s.Duplicates != 1 {
+			t.Errorf("Uncertain %d, Duplicates %d, want 1, 1", s.Uncertain, s.Duplicates)
+		}
+		// Once answered, the next fetch is a new one.
+		e.Allowance.TakeAll()
+		if err := r.Fetch(context.Background(), e, M); err != nil {
+			t.Fatal(err)
+		}
+		st.mu.Lock()
+		seqs = slices.Clone(st.seqs["k"])
+		st.mu.Unlock()
+		if len(seqs) != 3 || seqs[2] <= seqs[1] {
+			t.Errorf("the key was sent Seqs %v, want a third, newer one", seqs)
+		}
+	})
+}

@@ -314,7 +314,11 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 			o.since = end
 		}
 		r.stats.keyErrors.Add(1)
-		r.doubts = append(r.doubts, doubt{*s, o})
+		if s.Instance == r.fetchID {
+			r.fetchDoubt(doubt{*s, o})
+		} else {
+			r.doubts = append(r.doubts, doubt{*s, o})
+		}
 		if o.e != nil {
 			r.hold(o.e)
 		}
@@ -466,8 +470,9 @@ type owner struct {
 // applied: it is sent again, as it was, at the next rounds, first of all,
 // and nothing newer is settled for its key meanwhile (Redis takes a lower
 // sequence number than the last it applied for a duplicate). A fetch in
-// doubt (Instance fetchID) is sent again the same way, but holds nothing
-// back: the rounds' Seqs are counted apart from the fetches'.
+// doubt (Instance fetchID) waits in fetchDoubts, to be sent again by the
+// key's next fetch or the next round, whichever comes first; it holds no
+// settlement back: the rounds' Seqs are counted apart from the fetches'.
 type doubt struct {
 	s global.Settlement
 	o owner
@@ -488,12 +493,13 @@ const maxDoubt = 5 * time.Minute
 func (r *Reconciler) takeDoubts() {
 	now := r.clock.Now()
 	r.mu.Lock()
-	r.doubts = append(r.doubts, r.fetchDoubts...)
-	if cap(r.fetchDoubts) > 4*maxBatch {
-		r.fetchDoubts = nil
+	for _, d := range r.fetchDoubts {
+		r.doubts = append(r.doubts, d)
+	}
+	if len(r.fetchDoubts) > 4*maxBatch { // a map keeps its size once grown
+		r.fetchDoubts = make(map[string]doubt)
 	} else {
 		clear(r.fetchDoubts)
-		r.fetchDoubts = r.fetchDoubts[:0]
 	}
 	r.mu.Unlock()
 	n := len(r.doubts)
@@ -782,7 +788,22 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	// It charges nothing: consumption is charged by the rounds alone, whose
 	// settlements are sent again, not charged twice, when a reply is lost.
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
-	if sp.Mode == Lease {
+	o := owner{e: e, sp: sp}
+	r.mu.Lock()
+	d, resend := r.fetchDoubts[s.Key]
+	delete(r.fetchDoubts, s.Key)
+	r.mu.Unlock()
+	if resend && r.clock.Now()-d.o.since > maxDoubt {
+		r.stats.doubtsExpired.Add(1) // it charged nothing: nothing to put back
+		resend = false
+	}
+	if resend {
+		// The key's last fetch got no reply: it is sent again as it was
+		// (its grant, if Redis made it, comes back as a duplicate's), and
+		// no newer one goes first, which would make it read as superseded.
+		s, o = d.s, d.o
+		o.e, o.sp = e, sp
+	} else if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
 			tgt := r.target(e, sp)
 			if e.X.starved() { // it ran dry since the last round: grow now (and the round grows it again)
@@ -799,16 +820,32 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	}
 	rep, err := r.settleOne(s)
 	if err != nil {
-		if s.Seq > 0 && mayBeApplied(err) {
-			r.stats.uncertain.Add(1)
-			r.mu.Lock()
-			r.fetchDoubts = append(r.fetchDoubts, doubt{s, owner{e: e, sp: sp, since: r.clock.Now()}})
-			r.mu.Unlock()
+		if s.Seq > 0 && (resend || mayBeApplied(err)) {
+			if !resend {
+				r.stats.uncertain.Add(1)
+				o.since = r.clock.Now()
+			}
+			r.fetchDoubt(doubt{s, o})
 		}
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
 	}
-	r.apply(&s, owner{e: e, sp: sp}, &rep, r.clock.Now())
+	if rep.Duplicate {
+		r.stats.duplicates.Add(1)
+	}
+	r.apply(&s, o, &rep, r.clock.Now())
 	return nil
+}
+
+// fetchDoubt keeps d, a fetch without a reply, for the key's next fetch or
+// round to send again, unless a newer fetch of the key is in doubt already:
+// that one went to Redis after d, so d would read as superseded (it is
+// dropped, and the grant it may have got with it).
+func (r *Reconciler) fetchDoubt(d doubt) {
+	r.mu.Lock()
+	if old, ok := r.fetchDoubts[d.s.Key]; !ok || old.s.Seq < d.s.Seq {
+		r.fetchDoubts[d.s.Key] = d
+	}
+	r.mu.Unlock()
 }
 
 // settleOne settles s alone, now, through the breaker, and counts a
