@@ -737,6 +737,27 @@ func TestDoubtsShrink(t *testing.T) {
 	})
 }
 
+// lostFetch fetches e (a lease of burst 100, key "k", full in st) for one
+// token with the reply lost after st applied it, checks that Redis granted
+// it and the entry got nothing, and returns the grant.
+func lostFetch(t *testing.T, st *store, r *reconcile.Reconciler, e *reconcile.Entry) (granted int64) {
+	t.Helper()
+	st.set(func(s *store) { s.lost = context.DeadlineExceeded })
+	if err := r.Fetch(context.Background(), e, M); err == nil {
+		t.Fatal("Fetch with its reply lost: no error")
+	}
+	st.set(func(s *store) { s.lost = nil })
+	tokens, _ := st.get("k")
+	granted = 100*M - tokens
+	if granted < M || e.Allowance.Load() != 0 {
+		t.Fatalf("after the lost fetch: %d granted in Redis, %d in the entry, want at least %d and 0", granted, e.Allowance.Load(), M)
+	}
+	if s := r.Stats(); s.Uncertain != 1 {
+		t.Fatalf("Uncertain = %d after the lost fetch, want 1", s.Uncertain)
+	}
+	return granted
+}
+
 // TestLostFetchResent: a fetch whose reply is lost after Redis granted it
 // fails, and the next round sends it again, as it was: Redis answers it as a
 // duplicate with its first grant, which reaches the entry, so the lease is
@@ -748,19 +769,7 @@ func TestLostFetchResent(t *testing.T) {
 		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
 		defer r.Close(context.Background())
 		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Lease))
-		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
-		if err := r.Fetch(context.Background(), e, M); err == nil {
-			t.Fatal("Fetch with its reply lost: no error")
-		}
-		st.set(func(s *store) { s.lost = nil })
-		granted, _ := st.get("k")
-		granted = 100*M - granted
-		if granted < M || e.Allowance.Load() != 0 {
-			t.Fatalf("after the lost fetch: %d granted in Redis, %d in the entry, want at least %d and 0", granted, e.Allowance.Load(), M)
-		}
-		if s := r.Stats(); s.Uncertain != 1 {
-			t.Fatalf("Uncertain = %d after the lost fetch, want 1", s.Uncertain)
-		}
+		lostFetch(t, st, r, e)
 		e.Pending.Add(M) // spent, for the round to settle alongside
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
@@ -787,13 +796,7 @@ func TestLostFetchResentByFetch(t *testing.T) {
 		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour})
 		defer r.Close(context.Background())
 		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Lease))
-		st.set(func(s *store) { s.lost = context.DeadlineExceeded })
-		if err := r.Fetch(context.Background(), e, M); err == nil {
-			t.Fatal("Fetch with its reply lost: no error")
-		}
-		st.set(func(s *store) { s.lost = nil })
-		granted, _ := st.get("k")
-		granted = 100*M - granted
+		granted := lostFetch(t, st, r, e)
 		if err := r.Fetch(context.Background(), e, M); err != nil {
 			t.Fatal(err)
 		}
