@@ -160,6 +160,10 @@ func spec(t *testing.T, rate float64, burst int64, m reconcile.Mode) *reconcile.
 	return sp
 }
 
+// neverOpens is a breaker policy that never opens: for tests whose calls
+// fail on purpose, round after round.
+var neverOpens = breaker.Config{ConsecutiveFailures: 1 << 30, FailureRatio: 1, MinRequests: 1 << 30}
+
 // entry adds key to r's store with spec sp.
 func entry(r *reconcile.Reconciler, key string, sp *reconcile.Spec) *reconcile.Entry {
 	e, _ := r.Keys().GetOrAdd(key)
@@ -556,7 +560,7 @@ func TestLostReplyResent(t *testing.T) {
 func TestDoubtExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: breaker.Config{ConsecutiveFailures: 1 << 30, FailureRatio: 1, MinRequests: 1 << 30}})
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: neverOpens})
 		defer r.Close(context.Background())
 		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Optimistic))
 		r.Keys().Get("k")
@@ -690,7 +694,7 @@ func TestFetchGone(t *testing.T) {
 func TestDoubtsShrink(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: breaker.Config{ConsecutiveFailures: 1 << 30, FailureRatio: 1, MinRequests: 1 << 30}})
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, Breaker: neverOpens})
 		defer r.Close(context.Background())
 		sp := spec(t, 10, 100, reconcile.Optimistic)
 		const n = 10 * reconcile.MaxBatch
