@@ -1,8 +1,11 @@
 package hybrid_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -139,4 +142,65 @@ func sources(c *tally) map[string]int64 {
 		"redis":    c.bySource[hybrid.SourceRedis].Load(),
 		"fallback": c.bySource[hybrid.SourceFallback].Load(),
 	}
+}
+
+// TestBudgetGrantedOnce: an optimistic key's budget is never granted twice
+// for the same tokens. One instance, R=50/s B=500, a fresh key:
+//
+//  1. 16 goroutines ask for it at once, 6 times each: only the first
+//     request is admitted on trust, the others share one fetch of the
+//     bucket and spend the budget it sets;
+//  2. a settlement round charges those 96, and while its reply is on its
+//     way (the link delays it) the rest of the budget is spent. The
+//     reply's bucket does not hold that spending yet: the budget it sets
+//     counts it, so the key admits at most B + R*T (+ one interval's
+//     refill), not a second burst.
+func TestBudgetGrantedOnce(t *testing.T) {
+	const rate, burst = 50, 500
+	lim := hybrid.Limit{Rate: rate, Burst: burst, Mode: hybrid.Optimistic}
+	inFleet(t, 1, hybrid.Config{Instances: 1}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		start := time.Now()
+		var admitted atomic.Int64
+		spend := func(most int) { // until denied
+			for range most {
+				res, err := l.Allow(context.Background(), "k", lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !res.Allowed {
+					return
+				}
+				admitted.Add(1)
+			}
+		}
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() { spend(6) })
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 96 {
+			t.Fatalf("16 x 6 first requests at once admitted %d, want all 96", n)
+		}
+		time.Sleep(interval - 2*time.Millisecond - time.Since(start)) // just before the first round
+		f.links[0].delay.Store(int64(20 * time.Millisecond))
+		time.Sleep(5 * time.Millisecond) // the round is on its way, held by the link
+		synctest.Wait()
+		spend(2 * burst)                  // the rest of the budget, spent after the round took the 96
+		time.Sleep(20 * time.Millisecond) // its reply is applied
+		synctest.Wait()
+		f.links[0].delay.Store(0)
+		spend(2 * burst)
+		elapsed := time.Since(start)
+		most := burst + rate*elapsed.Seconds() + rate*interval.Seconds()
+		if n := admitted.Load(); float64(n) > most {
+			t.Errorf("admitted %d in %v, want at most B + R*T + R*I = %.1f", n, elapsed, most)
+		} else {
+			t.Logf("admitted %d in %v (B + R*T = %.1f)", n, elapsed, burst+rate*elapsed.Seconds())
+		}
+		if st := l.Stats(); st.Reconcile.Rounds == 0 {
+			t.Errorf("no settlement round ran: the test did not make the race")
+		}
+	})
 }

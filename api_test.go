@@ -247,6 +247,36 @@ func TestResult(t *testing.T) {
 	})
 }
 
+// TestCancelExact: an Exact reservation's Cancel gives its tokens back to
+// Redis before it returns: 10 reservations cancelled on a fresh key of
+// burst 10 leave all 10 tokens to the next decisions, with no round between.
+func TestCancelExact(t *testing.T) {
+	lim := hybrid.Limit{Rate: slow, Burst: 10, Mode: hybrid.Exact}
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		ctx := context.Background()
+		for i := range 10 {
+			r, err := l.Reserve(ctx, "k", lim, 1)
+			if err != nil || !r.OK() {
+				t.Fatalf("Reserve #%d = %+v, %v, want allowed", i, r.Result(), err)
+			}
+			r.Cancel()
+		}
+		allowed := 0
+		for range 20 {
+			if res, err := l.Allow(ctx, "k", lim); err == nil && res.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 10 {
+			t.Errorf("after 10 cancelled reservations, %d of 20 allowed at once, want 10", allowed)
+		}
+		if st := l.Stats(); st.Refunds != 10 || st.Reconcile.Rounds != 0 {
+			t.Errorf("Refunds %d, Rounds %d, want 10 and no round", st.Refunds, st.Reconcile.Rounds)
+		}
+	})
+}
+
 // TestLimitChange: a changed limit for a key takes effect on the next
 // decision, and the lease held under the old one goes back to Redis.
 func TestLimitChange(t *testing.T) {
@@ -297,11 +327,13 @@ func TestLimitChange(t *testing.T) {
 			want:  7,
 		},
 		{
-			// Like a new key under burst 2, two more are admitted; the
-			// bucket, clamped to 2, is charged 3.
+			// The first request is admitted on trust; the next learns the
+			// bucket, read under burst 2 (clamped to 2), against which the
+			// first request's consumption, not charged yet, counts: one
+			// more is admitted, and the bucket is charged 2.
 			name:  "optimistic burst 10 to 2",
-			steps: []step{{opt, true}, {opt2, true}, {opt2, true}, {opt2, false}, {opt2, false}},
-			want:  -1,
+			steps: []step{{opt, true}, {opt2, true}, {opt2, false}, {opt2, false}, {opt2, false}},
+			want:  0,
 		},
 	}
 	for _, tt := range tests {
@@ -782,9 +814,10 @@ func TestIdleLeaseGoesBack(t *testing.T) {
 }
 
 // TestColdKeyOptimistic: 50 requests at once for a key this instance has
-// never seen, under an optimistic limit, on a lone instance: its first
-// budget is the whole burst, given once, so exactly the burst is admitted.
-// The callers race to set the key up, so the test tries many keys.
+// never seen, under an optimistic limit, on a lone instance: the first is
+// admitted on trust, the others share one fetch whose budget counts it, so
+// exactly the burst is admitted. The callers race to set the key up, so the
+// test tries many keys.
 func TestColdKeyOptimistic(t *testing.T) {
 	const (
 		burst   = 20

@@ -214,6 +214,71 @@ func TestOutagePolicies(t *testing.T) {
 	}
 }
 
+// TestUnanswered: a Redis slower than ColdWait, with its breaker closed, is
+// no outage. A request that waited ColdWait for it is denied (SourceRedis,
+// counted in Stats.Unanswered), in every mode that waits for Redis (a cold
+// lease key, an optimistic key's fetch, an Exact call), never decided by
+// the fallback, whose shares the bucket does not account for. Once the
+// calls' failures have opened the breaker, the fallback decides.
+func TestUnanswered(t *testing.T) {
+	const coldWait = 20 * time.Millisecond // below the call timeout: the request gives up first
+	// Six failures in a row open the breaker: the three steps' calls and
+	// the failed rounds of key o's consumption leave it closed until the
+	// steps are done.
+	cfg := hybrid.Config{ColdWait: coldWait, Instances: 1, Breaker: breaker.Config{ConsecutiveFailures: 6}}
+	inFleet(t, 1, cfg, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		ctx := context.Background()
+		// A first optimistic request is admitted on trust; the second
+		// fetches.
+		opt := hybrid.Limit{Rate: 10, Burst: 10, Mode: hybrid.Optimistic}
+		if res, err := l.Allow(ctx, "o", opt); err != nil || !res.Allowed || res.Source != hybrid.SourceLocal {
+			t.Fatalf("Allow(o) = %+v, %v, want allowed on trust", res, err)
+		}
+		f.links[0].delay.Store(int64(60 * time.Millisecond)) // past the call timeout too
+		steps := []struct {
+			key string
+			lim hybrid.Limit
+		}{
+			{"a", hybrid.Limit{Rate: 10, Burst: 10}},
+			{"o", opt},
+			{"x", hybrid.Limit{Rate: 10, Burst: 10, Mode: hybrid.Exact}},
+		}
+		for i, s := range steps {
+			start := time.Now()
+			res, err := l.Allow(ctx, s.key, s.lim)
+			if err != nil || res.Allowed || res.Source != hybrid.SourceRedis {
+				t.Errorf("step %d: Allow(%s, %v) = %+v, %v, want denied from redis", i, s.key, s.lim.Mode, res, err)
+			}
+			if took := time.Since(start); took > coldWait && s.lim.Mode != hybrid.Exact {
+				t.Errorf("step %d: Allow took %v, want at most ColdWait %v", i, took, coldWait)
+			}
+			if res.RetryAfter <= 0 || res.RetryAfter > interval {
+				t.Errorf("step %d: RetryAfter %v, want in (0, %v]", i, res.RetryAfter, interval)
+			}
+			if st := l.Stats(); st.Unanswered != uint64(i+1) || st.FallbackAllowed+st.FallbackDenied != 0 {
+				t.Errorf("step %d: Unanswered %d, fallback decisions %d, want %d and 0", i, st.Unanswered, st.FallbackAllowed+st.FallbackDenied, i+1)
+			}
+			settle(50 * time.Millisecond) // the call fails at its timeout: the breaker counts it
+		}
+		for range 10 { // the rounds keep failing: the breaker opens
+			if l.Stats().Degraded {
+				break
+			}
+			settle(interval)
+		}
+		if st := l.Stats(); !st.Degraded {
+			t.Fatalf("after calls past their timeout for 1s: breaker %v, want open", st.Reconcile.Breaker)
+		}
+		res, err := l.Allow(ctx, "b", hybrid.Limit{Rate: 10, Burst: 10})
+		if err != nil || !res.Allowed || res.Source != hybrid.SourceFallback {
+			t.Errorf("breaker open: Allow(b) = %+v, %v, want allowed by the fallback", res, err)
+		}
+		f.links[0].delay.Store(0)
+		settle(2*openTimeout + interval)
+	})
+}
+
 // TestRedisLosesData: Redis forgets everything (FLUSHALL) in the middle of a
 // run. The fleet carries on without an error, the bucket starts full again,
 // and the key keeps admitting at its rate.
@@ -299,7 +364,9 @@ func TestFailedRoundKeepsConsumption(t *testing.T) {
 				}{
 					{false, 5, interval / 2},
 					{true, 5, 2 * interval}, // two rounds fail
-					{false, 0, 3 * interval},
+					// With a heartbeat that failed too, the breaker may
+					// have opened: it probes again after its open timeout.
+					{false, 0, breaker.DefaultOpenTimeout + 3*interval},
 				}
 				for _, s := range steps {
 					f.setDown(s.down)

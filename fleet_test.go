@@ -24,6 +24,23 @@ type link struct {
 	down     atomic.Bool
 	commands atomic.Int64
 	skew     atomic.Int64 // ns added to the caller's clock to make Redis TIME
+	delay    atomic.Int64 // ns every command waits before it is sent: a slow Redis
+}
+
+// wait waits for the link's delay, or until ctx ends.
+func (l *link) wait(ctx context.Context) error {
+	d := time.Duration(l.delay.Load())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // errLinkDown is what a cut link returns: a refused connection, as go-redis
@@ -38,6 +55,10 @@ func (l *link) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(errLinkDown)
 			return errLinkDown
 		}
+		if err := l.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
 		l.commands.Add(1)
 		l.m.SetTime(time.Now().Add(time.Duration(l.skew.Load())))
 		return next(ctx, cmd)
@@ -51,6 +72,12 @@ func (l *link) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 				c.SetErr(errLinkDown)
 			}
 			return errLinkDown
+		}
+		if err := l.wait(ctx); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
 		}
 		l.commands.Add(int64(len(cmds)))
 		l.m.SetTime(time.Now().Add(time.Duration(l.skew.Load())))

@@ -290,18 +290,18 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
+	if sp.Mode == Optimistic {
+		return l.optimistic(ctx, e, sp, lim, cost)
+	}
 	now := l.clock.Now()
 	v := e.View()
 	fresh := v.Seen != 0 && v.Age(now) <= 2*l.r.SyncInterval()
-	if sp.Mode == Optimistic || fresh && v.Tokens+e.Allowance.Load() < cost {
+	if fresh && v.Tokens+e.Allowance.Load() < cost {
 		// The fleet's bucket and this instance's lease together held less
-		// than cost at the last round (lease; a fetch grants cost less the
-		// lease), or this instance spent its budget (optimistic): deny here.
-		if sp.Mode == Lease {
-			l.r.Starved(e, false)
-		}
-		l.stats.localDenied.Add(1)
-		return l.denied(sp, lim, cost, v, l.lease(e, sp), now, SourceLocal), true, nil
+		// than cost at the last round (a fetch grants cost less the lease):
+		// deny here.
+		l.r.Starved(e, false)
+		return l.deniedHere(sp, lim, cost, v, l.lease(e, sp), now), true, nil
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
 	// the concurrent requests for the key; while Redis still has tokens
@@ -313,16 +313,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	for range maxFetches {
 		if err := l.r.Fetch(ctx, e, cost); err != nil {
-			if ctx.Err() != nil {
-				return Result{}, false, ctx.Err()
-			}
-			if errors.Is(err, reconcile.ErrClosed) {
-				return Result{}, false, ErrClosed
-			}
-			if errors.Is(err, reconcile.ErrGone) {
-				return Result{}, false, nil // evicted meanwhile: look it up again
-			}
-			return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
 		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
 			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
@@ -415,12 +406,11 @@ func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
 			l.r.Return(e.Key(), old, back)
 		}
 	}
-	if sp.Mode == Optimistic && (old == nil || old.Limit != sp.Limit || old.Mode != sp.Mode) {
-		tokens := sp.Limit.Burst // a bucket nobody used is full
-		if v := e.View(); v.Seen != 0 {
-			tokens = min(v.Tokens, sp.Limit.Burst)
-		}
-		e.Allowance.Add(l.r.Budget(sp, tokens, 0, 0))
+	if v := e.View(); v.Seen != 0 && sp.Mode == Optimistic && (old == nil || old.Limit != sp.Limit || old.Mode != sp.Mode) {
+		// A known bucket under a new limit: a budget from what it held.
+		// A key with no view gets its first budget from Redis, at its
+		// first request.
+		e.Allowance.Add(l.r.Budget(sp, min(v.Tokens-e.Pending.Load(), sp.Limit.Burst), 0, 0))
 	}
 	e.X.SetSpec(sp)
 }

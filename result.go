@@ -97,7 +97,14 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 	if sp.Mode == Lease {
 		rem += max(v.Tokens, 0) // the global bucket as last seen, besides our lease
 	} else {
-		rem = max(v.Tokens, rem) // our budget is part of the global bucket
+		// Our budget is part of the global bucket, and what we spent
+		// since the view is not in it yet. With no view yet (a new key's
+		// first request, admitted on trust), the bucket is taken as full.
+		tokens := v.Tokens
+		if v.Seen == 0 {
+			tokens = sp.Limit.Burst
+		}
+		rem = max(tokens-e.Pending.Load(), rem)
 	}
 	rem = min(rem, sp.Limit.Burst)
 	return Result{
@@ -154,7 +161,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 			return Result{}, false, ctx.Err()
 		}
 		l.stats.exactErrors.Add(1)
-		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+		return l.unanswered(err, e, sp, lim, cost), true, nil
 	}
 	now := l.clock.Now()
 	tokens := gr.Remaining * local.Micro
@@ -261,8 +268,10 @@ func (r *Reservation) Result() Result { return r.res }
 
 // Cancel gives the tokens of an allowed reservation back, in both tiers: to
 // this instance's allowance or local bucket, and through it to Redis, where
-// they were already charged. It does nothing for a denied reservation, or
-// after the first call.
+// they were already charged. An Exact reservation's tokens go back to Redis
+// before Cancel returns, in one script call (at most the breaker's call
+// timeout), so that the key's next decision has them. It does nothing for a
+// denied reservation, or after the first call.
 func (r *Reservation) Cancel() {
 	if !r.res.Allowed {
 		return
@@ -289,7 +298,7 @@ func (l *Limiter) refund(r *Reservation) {
 		e.PutAt(now, l.shareOf(sp), cost)
 		l.uncharge(e, sp, cost)
 	case sp.Mode == Exact:
-		l.r.Return(r.key, sp, cost) // charged in Redis by the script call
+		l.r.ReturnNow(r.key, sp, cost) // charged in Redis by the script call: back there before the next decision
 	case sp.Mode == Lease:
 		if !e.Allowance.Add(cost) { // leased, so charged: back to Redis
 			l.r.Return(r.key, sp, cost)

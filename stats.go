@@ -14,8 +14,10 @@ import (
 // key's allowance (see local.Allowance), and summed by the reconciler.
 type counters struct {
 	localDenied      atomic.Uint64
+	trusted          atomic.Uint64 // first requests of optimistic keys, admitted on trust (local decisions)
 	redisAllowed     atomic.Uint64
 	redisDenied      atomic.Uint64
+	unanswered       atomic.Uint64
 	fetched          atomic.Uint64
 	fallbackAllowed  atomic.Uint64
 	fallbackDenied   atomic.Uint64
@@ -40,7 +42,8 @@ type counters struct {
 // one SyncInterval; after Close it is complete.
 type Stats struct {
 	// LocalAllowed counts decisions allowed from the key's allowance (a
-	// lease or an optimistic budget), with no round trip.
+	// lease or an optimistic budget), with no round trip, and the first
+	// requests of optimistic keys admitted on trust (counted at once).
 	LocalAllowed uint64
 	// LocalDenied counts denials answered from the last view of the global
 	// bucket, with no round trip.
@@ -50,6 +53,11 @@ type Stats struct {
 	// RedisDenied those of them that were allowed and denied (the others
 	// fell back, or their caller gave up).
 	Fetched, RedisAllowed, RedisDenied uint64
+	// Unanswered counts requests denied because Redis did not answer them
+	// in time (Config.ColdWait) while its breaker was closed: a slow or busy
+	// Redis, which is no outage, so the fallback policy does not decide.
+	// They are denials from SourceRedis.
+	Unanswered uint64
 	// FallbackAllowed and FallbackDenied count decisions of the fallback
 	// policy.
 	FallbackAllowed, FallbackDenied uint64
@@ -97,7 +105,7 @@ func (s Stats) Denied(src Source) uint64 {
 	case SourceLocal:
 		return s.LocalDenied
 	case SourceRedis:
-		return s.RedisDenied + s.ExactDenied
+		return s.RedisDenied + s.ExactDenied + s.Unanswered
 	case SourceFallback:
 		return s.FallbackDenied
 	}
@@ -108,11 +116,12 @@ func (s Stats) Denied(src Source) uint64 {
 func (l *Limiter) Stats() Stats {
 	rs := l.r.Stats()
 	return Stats{
-		LocalAllowed:     rs.LocalAllowed,
+		LocalAllowed:     rs.LocalAllowed + l.stats.trusted.Load(),
 		LocalDenied:      l.stats.localDenied.Load(),
 		Fetched:          l.stats.fetched.Load(),
 		RedisAllowed:     l.stats.redisAllowed.Load(),
 		RedisDenied:      l.stats.redisDenied.Load(),
+		Unanswered:       l.stats.unanswered.Load(),
 		FallbackAllowed:  l.stats.fallbackAllowed.Load(),
 		FallbackDenied:   l.stats.fallbackDenied.Load(),
 		FallbackConsumed: l.stats.fallbackConsumed.Load(),

@@ -40,8 +40,10 @@ func Example() {
 	reg.MustRegister(c)
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
-	// Three tokens a key, spent from this instance's budget: the fourth
-	// and fifth requests are denied here, with no round trip.
+	// Three tokens a key: the first request of a new key is admitted at
+	// once, the second learns the key's bucket from Redis, the third spends
+	// this instance's budget, and the fourth and fifth are denied here,
+	// with no round trip.
 	perKey := hybrid.Limit{Rate: 0.001, Burst: 3, Mode: hybrid.Optimistic}
 	for range 5 {
 		if _, err := lim.Allow(context.Background(), "user42", perKey); err != nil {
@@ -63,6 +65,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// hybrid_decisions_total{result="allowed",source="local"} 3
+	// hybrid_decisions_total{result="allowed",source="local"} 2
+	// hybrid_decisions_total{result="allowed",source="redis"} 1
 	// hybrid_decisions_total{result="denied",source="local"} 2
 }

@@ -79,7 +79,7 @@ type extra struct {
 
 // descs describes the metrics of a Collector.
 type descs struct {
-	decisions, fetchWaits, refunds, exactErrors, fallbackConsumed *prometheus.Desc
+	decisions, fetchWaits, unanswered, refunds, exactErrors, fallbackConsumed *prometheus.Desc
 
 	rounds, roundErrors, roundTrip, roundTripMax         *prometheus.Desc
 	keysSettled, keyErrors, uncertain, resets            *prometheus.Desc
@@ -111,6 +111,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 	c.d = descs{
 		decisions:        desc("decisions_total", "Decisions, by outcome (allowed, denied) and by where they came from: local (the key's allowance or the last view of Redis, no round trip), redis (a round trip for the request, Exact decisions included), fallback (the fallback policy, Redis unreachable). Allowed local decisions are added up at each settlement round.", "source", "result"),
 		fetchWaits:       desc("fetch_waits_total", "Requests that waited for a round trip to Redis: a cold key, or a lease that ran dry."),
+		unanswered:       desc("unanswered_total", "Requests denied because Redis did not answer them in time while its breaker was closed: a slow or busy Redis, not an outage. They count among the denied decisions from redis."),
 		refunds:          desc("refunds_total", "Cancelled reservations, whose tokens were given back."),
 		exactErrors:      desc("exact_errors_total", "Exact decisions whose script call failed; the fallback policy decided them."),
 		fallbackConsumed: desc("fallback_consumed_tokens_total", "Tokens admitted by the fallback policy, to be charged to Redis when it is back."),
@@ -162,7 +163,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.d
 	for _, x := range []*prometheus.Desc{
-		d.decisions, d.fetchWaits, d.refunds, d.exactErrors, d.fallbackConsumed,
+		d.decisions, d.fetchWaits, d.unanswered, d.refunds, d.exactErrors, d.fallbackConsumed,
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors,
@@ -205,6 +206,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(d.decisions, s.Denied(src), src.String(), "denied")
 	}
 	counter(d.fetchWaits, s.Fetched)
+	counter(d.unanswered, s.Unanswered)
 	counter(d.refunds, s.Refunds)
 	counter(d.exactErrors, s.ExactErrors)
 	ch <- prometheus.MustNewConstMetric(d.fallbackConsumed, prometheus.CounterValue, tokens(int64(s.FallbackConsumed)))

@@ -112,9 +112,9 @@ func TestCollector(t *testing.T) {
 			}
 		}
 		opt := hybrid.Limit{Rate: 1e-3, Burst: 3, Mode: hybrid.Optimistic}
-		for range 3 {
-			allow("a", opt, true, hybrid.SourceLocal) // the budget
-		}
+		allow("a", opt, true, hybrid.SourceLocal) // a new key's first request: on trust
+		allow("a", opt, true, hybrid.SourceRedis) // its bucket learnt
+		allow("a", opt, true, hybrid.SourceLocal) // the budget
 		allow("a", opt, false, hybrid.SourceLocal)
 		allow("a", opt, false, hybrid.SourceLocal)
 		lease := hybrid.Limit{Rate: 1e-3, Burst: 10}
@@ -151,8 +151,8 @@ hybrid_breaker_transitions_total{from="open",limiter="api",to="half-open"} 1
 # HELP hybrid_decisions_total Decisions, by outcome (allowed, denied) and by where they came from: local (the key's allowance or the last view of Redis, no round trip), redis (a round trip for the request, Exact decisions included), fallback (the fallback policy, Redis unreachable). Allowed local decisions are added up at each settlement round.
 # TYPE hybrid_decisions_total counter
 hybrid_decisions_total{limiter="api",result="allowed",source="fallback"} 1
-hybrid_decisions_total{limiter="api",result="allowed",source="local"} 3
-hybrid_decisions_total{limiter="api",result="allowed",source="redis"} 2
+hybrid_decisions_total{limiter="api",result="allowed",source="local"} 2
+hybrid_decisions_total{limiter="api",result="allowed",source="redis"} 3
 hybrid_decisions_total{limiter="api",result="denied",source="fallback"} 0
 hybrid_decisions_total{limiter="api",result="denied",source="local"} 2
 hybrid_decisions_total{limiter="api",result="denied",source="redis"} 1
@@ -164,7 +164,7 @@ hybrid_degraded{limiter="api"} 0
 hybrid_fallback_consumed_tokens_total{limiter="api"} 1
 # HELP hybrid_fetch_waits_total Requests that waited for a round trip to Redis: a cold key, or a lease that ran dry.
 # TYPE hybrid_fetch_waits_total counter
-hybrid_fetch_waits_total{limiter="api"} 2
+hybrid_fetch_waits_total{limiter="api"} 3
 # HELP hybrid_http_decisions_total Decisions of the HTTP middleware.
 # TYPE hybrid_http_decisions_total counter
 hybrid_http_decisions_total{limiter="api",outcome="denied"} 2

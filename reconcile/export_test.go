@@ -9,3 +9,6 @@ func DoubtBuffers(r *Reconciler) (capacity, peak int) {
 
 // MaxBatch is maxBatch.
 const MaxBatch = maxBatch
+
+// YoungBeats is youngBeats.
+const YoungBeats = youngBeats

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +89,19 @@ var ErrClosed = errors.New("reconcile: closed")
 // again rather than decide without Redis.
 var ErrGone = errors.New("reconcile: entry gone")
 
+// ErrNoAnswer is returned by Fetch and Take when Redis did not answer
+// within Config.ColdWait: the round trip may still be under way.
+var ErrNoAnswer = errors.New("reconcile: no answer")
+
+// Slow reports whether err, from Fetch, Take or Do, means that Redis did not
+// answer in time (ErrNoAnswer, a call's deadline, a network timeout) rather
+// than that it refused or failed the call: a Redis that is slow or busy,
+// which is not down until its breaker says so.
+func Slow(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrNoAnswer) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("reconcile: invalid config")
 
@@ -112,11 +127,20 @@ type Reconciler struct {
 
 	closing atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
 	live    atomic.Int64 // fleet size for the fallback share
-	fewer   bool         // the last heartbeat counted fewer instances than live (loop goroutine only)
-	early   chan struct{}
-	applied atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
-	flights singleflight.Group
-	stats   counters
+	// fewerSince is when the heartbeats began to count fewer instances than
+	// live, 0 if the last one did not (loop goroutine only).
+	fewerSince time.Duration
+	beats      atomic.Int64 // heartbeats made by the loop
+	// beatFlight shares the recounts of a young instance's first fetches.
+	beatFlight singleflight.Group
+	// counted is closed once the first heartbeat has answered or failed.
+	counted     chan struct{}
+	countedOnce sync.Once
+	early       chan struct{}
+	applied     atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
+	flights     singleflight.Group
+	evicted     evictions // the keys that left the store lately
+	stats       counters
 
 	log *slog.Logger
 
@@ -196,6 +220,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 		lc:          cfg.LocalCapacity * local.Micro,
 		gap:         cfg.SyncInterval / 4,
 		early:       make(chan struct{}, 1),
+		counted:     make(chan struct{}),
 		orphans:     make(map[string]orphan),
 		log:         cfg.Logger,
 		inDoubt:     make(map[string]bool),
@@ -295,7 +320,7 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 		return err
 	case <-t.C:
 		r.stats.fetchTimeouts.Add(1)
-		return fmt.Errorf("reconcile: fetch %q: no answer within %v", e.Key(), r.cfg.ColdWait)
+		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, r.cfg.ColdWait)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -344,6 +369,41 @@ func (r *Reconciler) goOwned(f func()) bool {
 // Closed reports whether Close was called. It takes no lock.
 func (r *Reconciler) Closed() bool { return r.closing.Load() }
 
+// Trust decides the first request of e, an Optimistic entry with no view of
+// its bucket yet: whether it may admit cost micro-tokens at once, before
+// Redis tells what the bucket holds. Only the entry's first request may (the
+// first caller of Trust; it returns false to every other), within one
+// instance's budget cap (Cap), and only if this instance does not remember
+// evicting the key lately: a key made again after an eviction learns its
+// bucket first, since a first request admitted on trust at each of its
+// comings back would add up without bound under key churn. A caller told
+// true records the request's consumption (charged at the next round, which
+// also sets the key's budget) and then calls Trusted; the requests that
+// fetch meanwhile wait for that (AwaitTrusted), so that the budget they
+// are given counts it.
+func (r *Reconciler) Trust(e *Entry, sp *Spec, cost int64) bool {
+	if !e.X.claimFirst() {
+		return false
+	}
+	if cost <= r.Cap(sp) && !r.evicted.has(e.Key()) {
+		return true
+	}
+	e.X.firstDone()
+	return false
+}
+
+// Trusted records that the consumption of the request Trust admitted is in
+// the entry.
+func (r *Reconciler) Trusted(e *Entry) { e.X.firstDone() }
+
+// AwaitTrusted waits while the first request of e is being admitted on
+// trust (between Trust and Trusted: a few instructions), yielding.
+func (r *Reconciler) AwaitTrusted(e *Entry) {
+	for e.X.firstPending() {
+		runtime.Gosched()
+	}
+}
+
 // Orphan records consumption of cost micro-tokens for a key whose entry
 // could not take it (it left the store): it is charged at the next round.
 func (r *Reconciler) Orphan(key string, sp *Spec, cost int64) { r.addOrphan(key, sp, cost, 0) }
@@ -351,3 +411,21 @@ func (r *Reconciler) Orphan(key string, sp *Spec, cost int64) { r.addOrphan(key,
 // Return gives n micro-tokens back to the global bucket of key at the next
 // round: a lease let go, or a charge refunded.
 func (r *Reconciler) Return(key string, sp *Spec, n int64) { r.addOrphan(key, sp, 0, n) }
+
+// ReturnNow gives n micro-tokens back to the global bucket of key now, in
+// one call through the breaker (bounded by its call timeout), rather than at
+// the next round: a refund that the key's next decision must see, such as
+// the Cancel of an Exact reservation. A give-back that surely was not
+// applied (the breaker refused it, the connection could not be made, Redis
+// answered with an error) is left for the next round, as Return does; one
+// whose reply was lost may have been applied, and is dropped: applied twice,
+// it would let the fleet admit more than the bucket.
+func (r *Reconciler) ReturnNow(key string, sp *Spec, n int64) {
+	if r.Closed() {
+		r.Return(key, sp, n)
+		return
+	}
+	if _, err := r.settleOne(global.Settlement{Key: key, Limit: sp.Limit, Returned: n}); err != nil && !mayBeApplied(err) {
+		r.Return(key, sp, n)
+	}
+}

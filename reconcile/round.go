@@ -25,20 +25,19 @@ import (
 func (r *Reconciler) loop(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.SyncInterval)
 	defer tick.Stop()
-	beat := time.NewTicker(r.cfg.HeartbeatInterval)
+	beat := time.NewTimer(r.heartbeat(ctx))
 	defer beat.Stop()
 	soon := time.NewTimer(r.cfg.SyncInterval)
 	soon.Stop()
 	defer soon.Stop()
 	waiting := false // soon is set
 	last := r.clock.Now()
-	r.heartbeat(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-beat.C:
-			r.heartbeat(ctx)
+			beat.Reset(r.heartbeat(ctx))
 			continue
 		case <-tick.C:
 		case <-r.early:
@@ -63,8 +62,15 @@ func (r *Reconciler) loop(ctx context.Context) {
 	}
 }
 
-// heartbeat tells Redis this instance is alive and learns how many are.
-func (r *Reconciler) heartbeat(ctx context.Context) {
+// heartbeat tells Redis this instance is alive and learns how many are, and
+// returns when to beat next: after HeartbeatInterval, or after SyncInterval
+// while the count is moving (the first beats of this instance, when
+// instances of a fleet start together, and any beat whose count changed),
+// so that a fleet that grows is counted within a round or two rather than a
+// heartbeat interval later: until then every instance shares limits out as
+// if the fleet were smaller (optimistic budgets, the fallback's shares).
+func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
+	defer r.countedOnce.Do(func() { close(r.counted) })
 	var live int
 	var now time.Time
 	nd := r.def
@@ -79,29 +85,103 @@ func (r *Reconciler) heartbeat(ctx context.Context) {
 		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		return err
 	})
+	next = r.cfg.HeartbeatInterval
+	if r.beats.Add(1) < youngBeats {
+		next = min(next, r.cfg.SyncInterval)
+	}
 	if err != nil {
 		r.stats.heartbeatErrors.Add(1)
-		return
+		return r.cfg.HeartbeatInterval // a count to make, not a call to retry
 	}
-	r.stats.clockSample(r.clock.Time(start), r.clock.Time(r.clock.Now()), now)
-	r.stats.heard.Store(int64(live))
+	end := r.clock.Now()
+	r.stats.clockSample(r.clock.Time(start), r.clock.Time(end), now)
+	if old := r.stats.heard.Swap(int64(live)); int64(live) > old {
+		next = min(next, r.cfg.SyncInterval) // the fleet is growing: count it again soon
+	}
 	if r.cfg.Instances != 0 {
-		return
+		return next
 	}
-	// A count that falls is believed at the second heartbeat that says so.
-	// A Redis that lost its data (a restart, FLUSHALL) counts only the
-	// instances that have beaten since, and smaller counts mean larger
-	// shares: optimistic budgets and the fallback's shares would admit too
-	// much until every instance has beaten again, which takes one interval.
+	// A count that falls is believed once heartbeats have said so for a
+	// heartbeat interval. A Redis that lost its data (a restart, FLUSHALL)
+	// counts only the instances that have beaten since, and smaller counts
+	// mean larger shares: optimistic budgets and the fallback's shares
+	// would admit too much until every instance has beaten again, which
+	// takes one interval.
 	n := int64(max(live, 1))
 	switch {
 	case n >= r.live.Load():
-		r.fewer = false
-	case !r.fewer:
-		r.fewer = true
-		return
+		r.fewerSince = 0
+	case r.fewerSince == 0:
+		r.fewerSince = end
+		return next
+	case end-r.fewerSince < r.cfg.HeartbeatInterval:
+		return next
 	}
+	r.fewerSince = 0
 	r.live.Store(n)
+	return next
+}
+
+// youngBeats is how many of an instance's first heartbeats come a
+// SyncInterval apart rather than a HeartbeatInterval: instances that start
+// together count each other within a few rounds.
+const youngBeats = 3
+
+// recount asks Redis for the fleet count now, in a heartbeat shared with
+// the concurrent recounts, and believes it at once if it grew: a young
+// instance recounts before it shares a key's first budget out, since the
+// instances that start with it may have joined after its own first beat.
+// Falling counts are left to the heartbeats (see heartbeat).
+func (r *Reconciler) recount() {
+	r.beatFlight.Do("", func() (any, error) {
+		nd := r.def
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout)
+		defer cancel()
+		if r.router != nil {
+			nd = r.node(r.router.FleetNode(ctx))
+		}
+		var live int
+		err := nd.br.Do(ctx, func(ctx context.Context) error {
+			var err error
+			live, _, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+			return err
+		})
+		if err != nil {
+			r.stats.heartbeatErrors.Add(1)
+			return nil, nil
+		}
+		r.stats.heard.Store(int64(live))
+		if r.cfg.Instances == 0 {
+			for n := int64(live); ; {
+				old := r.live.Load()
+				if n <= old || r.live.CompareAndSwap(old, n) {
+					break
+				}
+			}
+		}
+		return nil, nil
+	})
+}
+
+// young reports whether this instance is still among its first heartbeats
+// (youngBeats): the fleet it counted may not have finished starting.
+func (r *Reconciler) young() bool { return r.beats.Load() < youngBeats }
+
+// awaitCount waits until the first heartbeat has counted the fleet (or
+// failed), at most the breakers' call timeout: a budget shared out before it
+// would be shared as if this instance were alone.
+func (r *Reconciler) awaitCount() {
+	select {
+	case <-r.counted:
+		return
+	default:
+	}
+	t := time.NewTimer(r.callTimeout)
+	defer t.Stop()
+	select {
+	case <-r.counted:
+	case <-t.C:
+	}
 }
 
 // round settles every key touched since the last round, every key that
@@ -675,11 +755,29 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 			r.addOrphan(s.Key, sp, 0, rep.Granted)
 		}
 	case Optimistic:
-		elapsed := r.cfg.SyncInterval
-		if seen := e.View().Seen; seen != 0 {
+		// The bucket's refill since the last view is shared out; a first
+		// view has none to share: the budget is a share of what the bucket
+		// holds. What this instance spent since the settlement took its
+		// consumption (or, for a fetch, all it has not charged yet) is not
+		// in the reply's tokens: it counts against them, so that a budget
+		// is never granted again for tokens spent already.
+		// A first budget counts what was spent before it (a first request
+		// admitted on trust) against the cap too: between two settlements
+		// an instance spends at most Cap (docs/accuracy.md).
+		var elapsed time.Duration
+		seen := e.View().Seen
+		if seen != 0 {
 			elapsed = now - seen
 		}
-		e.Allowance.Update(func(old int64) int64 { return r.Budget(sp, rep.Tokens, old, elapsed) })
+		spent := e.Pending.Load()
+		tokens := rep.Tokens - spent
+		e.Allowance.Update(func(old int64) int64 {
+			b := r.Budget(sp, tokens, old, elapsed)
+			if seen == 0 {
+				b = max(min(b, r.Cap(sp)-spent), 0)
+			}
+			return b
+		})
 	}
 	e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
 	return sp.Mode == Lease && e.Allowance.Load() > 0 || e.Pending.Load() > 0
@@ -702,6 +800,9 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	}
 	r.stats.localAllowed.Add(e.Allowance.TakeSpends())
 	r.stats.evicted.Add(1)
+	if sp != nil && sp.Mode == Optimistic {
+		r.evicted.add(e.Key())
+	}
 }
 
 // addOrphan records what a key without an entry owes or is owed.
@@ -831,6 +932,13 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	}
 	if rep.Duplicate {
 		r.stats.duplicates.Add(1)
+	}
+	if sp.Mode == Optimistic { // the first budget is a share of the bucket
+		if r.young() {
+			r.recount()
+		} else {
+			r.awaitCount()
+		}
 	}
 	r.apply(&s, o, &rep, r.clock.Now())
 	return nil
@@ -964,7 +1072,7 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 		res := <-ch
 		return res.granted, res.err
 	}
-	return false, fmt.Errorf("reconcile: take %q: no answer within %v", e.Key(), r.cfg.ColdWait)
+	return false, fmt.Errorf("reconcile: take %q: %w within %v", e.Key(), ErrNoAnswer, r.cfg.ColdWait)
 }
 
 // take settles cost micro-tokens, all or nothing, for one request.

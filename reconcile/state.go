@@ -91,10 +91,12 @@ type State struct {
 
 // Flags of State.
 const (
-	flagStarved  uint32 = 1 << iota // a spend failed since the last round
-	flagQueued                      // in the next round's batch already
-	flagSetting                     // a spec change is under way
-	flagSettling                    // a round's settlement is in flight
+	flagStarved   uint32 = 1 << iota // a spend failed since the last round
+	flagQueued                       // in the next round's batch already
+	flagSetting                      // a spec change is under way
+	flagSettling                     // a round's settlement is in flight
+	flagFirst                        // the entry's first request is being decided (Trust)
+	flagFirstDone                    // and was
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
@@ -138,6 +140,18 @@ func (s *State) settling() bool { return s.flags.Load()&flagSettling != 0 }
 // and its reply handled.
 func (s *State) setSettling()   { s.flags.Or(flagSettling) }
 func (s *State) clearSettling() { s.flags.And(^flagSettling) }
+
+// claimFirst reports whether this is the first call of claimFirst for the
+// entry.
+func (s *State) claimFirst() bool { return s.flags.Or(flagFirst)&flagFirst == 0 }
+
+// firstDone records that the entry's first request was decided.
+func (s *State) firstDone() { s.flags.Or(flagFirstDone) }
+
+// firstPending reports whether the entry's first request is being decided.
+func (s *State) firstPending() bool {
+	return s.flags.Load()&(flagFirst|flagFirstDone) == flagFirst
+}
 
 // setQueued sets the queued flag and reports whether it was clear.
 func (s *State) setQueued() bool { return s.flags.Or(flagQueued)&flagQueued == 0 }

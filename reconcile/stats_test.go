@@ -87,6 +87,14 @@ func TestStatsClock(t *testing.T) {
 				if s.RoundTrip.Count != 0 {
 					t.Errorf("RoundTrip.Count = %d before any round, want 0", s.RoundTrip.Count)
 				}
+				// A young instance's first heartbeats come a round apart
+				// (after the one before has answered): let them pass, each
+				// a clock sample. The rounds stay 50ms into each wait.
+				wait(reconcile.YoungBeats * 100 * time.Millisecond)
+				beats := uint64(reconcile.YoungBeats)
+				if s := r.Stats(); s.ClockSamples != beats {
+					t.Errorf("after the first heartbeats: ClockSamples %d, want %d", s.ClockSamples, beats)
+				}
 
 				e := entry(r, "k", spec(t, 10, 100, reconcile.Optimistic))
 				const rounds = 3
@@ -99,8 +107,8 @@ func TestStatsClock(t *testing.T) {
 				if s.Rounds != rounds || s.RoundTrip.Count != rounds {
 					t.Fatalf("Rounds %d, RoundTrip.Count %d, want %d each", s.Rounds, s.RoundTrip.Count, rounds)
 				}
-				if s.RTT != tt.rtt || s.Skew != tt.offset || s.ClockSamples != 1+rounds {
-					t.Errorf("after %d rounds: RTT %v, Skew %v, ClockSamples %d, want %v, %v, %d", rounds, s.RTT, s.Skew, s.ClockSamples, tt.rtt, tt.offset, 1+rounds)
+				if s.RTT != tt.rtt || s.Skew != tt.offset || s.ClockSamples != beats+rounds {
+					t.Errorf("after %d rounds: RTT %v, Skew %v, ClockSamples %d, want %v, %v, %d", rounds, s.RTT, s.Skew, s.ClockSamples, tt.rtt, tt.offset, beats+rounds)
 				}
 				var want [len(s.RoundTrip.Counts)]uint64
 				want[tt.bucket] = rounds

@@ -1,0 +1,67 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// deniedHere is denied for a request refused here, with no round trip, on
+// the view v of the global bucket.
+//
+// It gives up the processor first (runtime.Gosched). Callers that ask again
+// at once, in a loop, would otherwise keep every core busy with denials,
+// and the goroutines whose round trips end the denial (a settlement round, a
+// fetch) would wait for a time slice each time Redis answers them: on
+// saturated cores, past their call timeouts, so that a healthy Redis looked
+// down. After a yield they run within the scheduler's network poll interval
+// (about 10ms), whatever the callers do. A denial costs a caller that does
+// anything else between two requests a few hundred nanoseconds more.
+func (l *Limiter) deniedHere(sp *reconcile.Spec, lim Limit, cost int64, v local.View, held int64, now time.Duration) Result {
+	l.stats.localDenied.Add(1)
+	runtime.Gosched()
+	return l.denied(sp, lim, cost, v, held, now, SourceLocal)
+}
+
+// fetchFailed decides a request whose fetch or take for e failed with err:
+// the caller's own end (ctx), a closed Limiter and an entry evicted
+// meanwhile (ok false: look the key up again) are told apart from Redis not
+// answering (unanswered).
+func (l *Limiter) fetchFailed(ctx context.Context, err error, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (res Result, ok bool, _ error) {
+	switch {
+	case ctx.Err() != nil:
+		return Result{}, false, ctx.Err()
+	case errors.Is(err, reconcile.ErrClosed):
+		return Result{}, false, ErrClosed
+	case errors.Is(err, reconcile.ErrGone):
+		return Result{}, false, nil
+	}
+	return l.unanswered(err, e, sp, lim, cost), true, nil
+}
+
+// unanswered decides a request whose round trip to Redis failed with err.
+// The fallback policy decides while the key's breaker judges Redis
+// unreachable, and when Redis refused or failed the call (a refused
+// connection, a refused password): the breaker counts those, and Redis is
+// down. A Redis that did not answer in time (reconcile.Slow) with its
+// breaker closed is slow or busy, which is no outage: the request is denied,
+// rather than admitted from a share that the bucket does not account for,
+// and told to retry after a quarter of a round when the bucket's state is
+// not known (the round trip it waited for may still bring it), else when
+// the last view says a token is due.
+func (l *Limiter) unanswered(err error, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) Result {
+	if !reconcile.Slow(err) || l.r.DegradedKey(e.Key()) {
+		return l.fallback(e, sp, lim, cost, e.Key())
+	}
+	l.stats.unanswered.Add(1)
+	v := e.View()
+	res := l.denied(sp, lim, cost, v, l.lease(e, sp), l.clock.Now(), SourceRedis)
+	if v.Seen == 0 {
+		res.RetryAfter = l.r.SyncInterval() / 4
+	}
+	return res
+}

@@ -1,0 +1,305 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/redistest"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// The denial storm: a fleet of Limiters, each with its own client, and
+// goroutines that call Allow on one key in a loop with no pause, on a
+// healthy real redis-server. The callers saturate the CPUs, so the
+// reconciler's round trips wait for a core: what the fleet admits must stay
+// within the limit all the same, and the fallback must not decide (Redis
+// never failed).
+
+// stormResult is what a storm admitted and how.
+type stormResult struct {
+	admitted, denied, errs int64    // tokens admitted; requests denied and failed
+	bySource               [3]int64 // tokens admitted by source
+	elapsed                time.Duration
+	ideal                  float64 // B + R*T, tokens
+	bound                  int64   // the mode's overshoot bound, tokens (Limiter.Overshoot)
+	roundTrip              time.Duration
+	stats                  hybrid.Stats // of the first instance
+}
+
+// load is the demand of a storm: instances Limiters with workers
+// goroutines each, asking for cost tokens at a time, with pause between two
+// requests of a goroutine (0: none, a spin).
+type load struct {
+	instances, workers int
+	cost               int64
+	pause              time.Duration
+}
+
+// storm runs ld on the Redis at addr, on one fresh key under lim for d, and
+// returns what it admitted, in tokens.
+func storm(t *testing.T, addr string, ld load, lim hybrid.Limit, d time.Duration) stormResult {
+	t.Helper()
+	ctx := context.Background()
+	instances, workers := ld.instances, ld.workers
+	cost := max(ld.cost, 1)
+	key := fmt.Sprintf("storm:%v:%v:%d:%d:%d:%v", lim.Mode, lim.Rate, lim.Burst, instances, cost, ld.pause)
+	lims := make([]*hybrid.Limiter, instances)
+	for i := range lims {
+		rdb := redis.NewClient(&redis.Options{
+			Addr:                  addr,
+			MaxRetries:            -1,
+			ContextTimeoutEnabled: true,
+		})
+		t.Cleanup(func() { rdb.Close() })
+		l, err := hybrid.New(rdb, hybrid.Config{InstanceID: key + ":" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims[i] = l
+	}
+	var res stormResult
+	var admitted, denied, errs atomic.Int64
+	var bySource [3]atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, l := range lims {
+		for range workers {
+			wg.Go(func() {
+				var a, dn, e int64
+				var src [3]int64
+				for !stop.Load() {
+					r, err := l.AllowN(ctx, key, lim, cost)
+					switch {
+					case err != nil:
+						e++
+					case r.Allowed:
+						a += cost
+						src[r.Source] += cost
+					default:
+						dn++
+					}
+					if ld.pause > 0 {
+						time.Sleep(ld.pause) // the load's pace
+					}
+				}
+				admitted.Add(a)
+				denied.Add(dn)
+				errs.Add(e)
+				for i := range src {
+					bySource[i].Add(src[i])
+				}
+			})
+		}
+	}
+	time.Sleep(d) // the storm's length: load generation, not synchronisation
+	stop.Store(true)
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.stats = lims[0].Stats()
+	res.bound = lims[0].Overshoot(lim)
+	for _, l := range lims {
+		if h := l.Stats().Reconcile.RoundTrip; h.Max > res.roundTrip {
+			res.roundTrip = h.Max
+		}
+		if err := l.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	res.admitted, res.denied, res.errs = admitted.Load(), denied.Load(), errs.Load()
+	for i := range bySource {
+		res.bySource[i] = bySource[i].Load()
+	}
+	res.ideal = float64(lim.Burst) + lim.Rate*res.elapsed.Seconds()
+	return res
+}
+
+// stormDuration is how long each storm of TestStorm lasts: HYBRID_STORM,
+// or 2s.
+func stormDuration(t *testing.T) time.Duration {
+	if s := os.Getenv("HYBRID_STORM"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("HYBRID_STORM=%q: %v", s, err)
+		}
+		return d
+	}
+	return 2 * time.Second
+}
+
+// TestStorm runs the denial storm in lease and optimistic modes, at limits
+// whose burst is below, at and far above one interval's refill, with 4 and
+// 8 Limiters of 8 goroutines each. Lease admits at most B + R*T plus one
+// interval's refill, optimistic at most B + R*T plus its documented bound;
+// both admit at least 90% of B + R*T, and the fallback decides nothing.
+func TestStorm(t *testing.T) {
+	proc := redistest.Server(t)
+	d := stormDuration(t)
+	limits := []hybrid.Limit{
+		{Rate: 0.5, Burst: 10},
+		{Rate: 10, Burst: 10},
+		{Rate: 10, Burst: 1000},
+		{Rate: 1000, Burst: 1000},
+	}
+	for _, instances := range []int{4, 8} {
+		for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic} {
+			for _, lim := range limits {
+				lim.Mode = mode
+				t.Run(fmt.Sprintf("%dx8/%v/%v-per-s/burst-%d", instances, mode, lim.Rate, lim.Burst), func(t *testing.T) {
+					r := storm(t, proc.Addr(), load{instances: instances, workers: 8}, lim, d)
+					interval := lim.Rate * reconcile.DefaultSyncInterval.Seconds()
+					limitOver := interval
+					if mode == hybrid.Optimistic {
+						limitOver = float64(r.bound)
+					}
+					t.Logf("admitted %d of B+R*T %.1f (%.1f%%; bound +%.1f), denied %d, by source local/redis/fallback %v, slowest round trip %v, rounds %d",
+						r.admitted, r.ideal, 100*float64(r.admitted)/r.ideal, limitOver, r.denied, r.bySource, r.roundTrip, r.stats.Reconcile.Rounds)
+					if r.errs > 0 {
+						t.Errorf("%d decisions failed", r.errs)
+					}
+					if n := r.bySource[hybrid.SourceFallback]; n > 0 {
+						t.Errorf("the fallback admitted %d on a healthy Redis", n)
+					}
+					if float64(r.admitted) > r.ideal+limitOver {
+						t.Errorf("admitted %d, above B+R*T %.1f + %.1f", r.admitted, r.ideal, limitOver)
+					}
+					// Tokens are whole: a bucket that started full has had
+					// floor(B + R*T) of them to give.
+					if float64(r.admitted) < 0.9*math.Floor(r.ideal) {
+						t.Errorf("admitted %d, under 90%% of B+R*T %.1f (floored)", r.admitted, r.ideal)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestPaced: a fleet whose callers pause a millisecond between requests,
+// at costs of 1, 7 and 20 tokens (a burst of 40), in every mode. Lease and
+// Exact admit at most B + R*T, optimistic at most its documented overshoot
+// above it, and each admits at least 80% of it, less a request's cost
+// (requests of 20 tokens may leave 19 unspent).
+func TestPaced(t *testing.T) {
+	proc := redistest.Server(t)
+	d := stormDuration(t)
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		for _, cost := range []int64{1, 7, 20} {
+			t.Run(fmt.Sprintf("%v/cost-%d", mode, cost), func(t *testing.T) {
+				lim := hybrid.Limit{Rate: 20, Burst: 40, Mode: mode}
+				r := storm(t, proc.Addr(), load{instances: 4, workers: 4, cost: cost, pause: time.Millisecond}, lim, d)
+				t.Logf("admitted %d tokens of B+R*T %.1f (%.1f%%; bound +%d), by source local/redis/fallback %v",
+					r.admitted, r.ideal, 100*float64(r.admitted)/r.ideal, r.bound, r.bySource)
+				if r.errs > 0 {
+					t.Errorf("%d decisions failed", r.errs)
+				}
+				if float64(r.admitted) > r.ideal+float64(r.bound) {
+					t.Errorf("admitted %d, above B+R*T %.1f + %d", r.admitted, r.ideal, r.bound)
+				}
+				// Requests are whole: the last cost-1 tokens may be there
+				// and not enough for one.
+				if float64(r.admitted) < 0.8*r.ideal-float64(cost-1) {
+					t.Errorf("admitted %d, under 80%% of B+R*T %.1f (less a request's cost)", r.admitted, r.ideal)
+				}
+			})
+		}
+	}
+}
+
+// TestChurn: a long tail of keys larger than MaxKeys, asked round-robin by a
+// fleet, evicts and makes entries again all the time. No key admits more
+// than its burst plus its refill (lease), plus the documented overshoot
+// (optimistic): an entry made again budgets from what Redis holds of its
+// bucket, not from an assumed full one. HYBRID_CHURN_KEYS sets the number
+// of keys (MaxKeys is a twentieth of it); 2000 by default.
+func TestChurn(t *testing.T) {
+	proc := redistest.Server(t)
+	keys := 2000
+	if s := os.Getenv("HYBRID_CHURN_KEYS"); s != "" {
+		var err error
+		if keys, err = strconv.Atoi(s); err != nil || keys < 20 {
+			t.Fatalf("HYBRID_CHURN_KEYS=%q: want a number of keys, at least 20", s)
+		}
+	}
+	const (
+		instances = 4
+		workers   = 4
+		passes    = 10
+	)
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: 1.0 / 60, Burst: 5, Mode: mode}
+			ctx := context.Background()
+			prefix := "churn-" + mode.String()
+			lims := make([]*hybrid.Limiter, instances)
+			for i := range lims {
+				rdb := redis.NewClient(&redis.Options{Addr: proc.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { rdb.Close() })
+				l, err := hybrid.New(rdb, hybrid.Config{Prefix: prefix, MaxKeys: keys / 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lims[i] = l
+			}
+			admitted := make([]atomic.Int64, keys)
+			var errs, fallback atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for _, l := range lims {
+				var next atomic.Int64
+				for range workers {
+					wg.Go(func() {
+						for i := next.Add(1) - 1; i < int64(keys*passes); i = next.Add(1) - 1 {
+							k := int(i) % keys
+							res, err := l.Allow(ctx, "k"+strconv.Itoa(k), lim)
+							switch {
+							case err != nil:
+								errs.Add(1)
+							case res.Allowed:
+								admitted[k].Add(1)
+								if res.Source == hybrid.SourceFallback {
+									fallback.Add(1)
+								}
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			bound := lims[0].Overshoot(lim)
+			for _, l := range lims {
+				if err := l.Close(ctx); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}
+			most := float64(lim.Burst) + lim.Rate*elapsed.Seconds() + float64(bound)
+			worst, total, over := int64(0), int64(0), 0
+			for k := range admitted {
+				n := admitted[k].Load()
+				total += n
+				worst = max(worst, n)
+				if float64(n) > most {
+					over++
+				}
+			}
+			t.Logf("%d keys x %d passes x %d instances in %v (%.0f decisions/s): %d admitted, the most for one key %d (bound %.2f), %d by the fallback",
+				keys, passes, instances, elapsed.Round(time.Millisecond), float64(keys*passes*instances)/elapsed.Seconds(), total, worst, most, fallback.Load())
+			if errs.Load() > 0 {
+				t.Errorf("%d decisions failed", errs.Load())
+			}
+			if over > 0 {
+				t.Errorf("%d keys admitted more than B + R*T + %d = %.2f (the most: %d)", over, bound, most, worst)
+			}
+		})
+	}
+}
