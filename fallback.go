@@ -2,7 +2,6 @@ package hybrid
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
@@ -115,7 +114,7 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 			res.RetryAfter = l.r.SyncInterval()
 		}
 		l.stats.fallbackDenied.Add(1)
-		runtime.Gosched() // as deniedHere does: the breaker's probes need a core to end the outage
+		l.yield(l.clock.Now()) // as deniedHere does: a breaker's probe needs a core to end the outage
 	}
 	return res
 }

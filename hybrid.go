@@ -134,6 +134,8 @@ type Limiter struct {
 
 	specs  sync.Map // Limit -> *reconcile.Spec, interned
 	nspecs atomic.Int64
+
+	lastYield atomic.Int64 // clock reading of the last yield of a denial (see yield)
 }
 
 // New returns a Limiter that keeps its global buckets in rdb (a standalone

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 
+	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
 
@@ -52,7 +53,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 			return l.denied(sp, lim, cost, v, 0, l.clock.Now(), SourceRedis), true, nil
 		}
 	}
-	if cost > l.r.Cap(sp) && v.Tokens >= cost {
+	if cost > local.Micro && v.Tokens >= cost && cost > l.r.Cap(sp) { // a budget holds a token at least
 		l.stats.fetched.Add(1)
 		ok, err := l.r.Take(ctx, e, cost)
 		if ok {

@@ -173,8 +173,29 @@ func (r *Reconciler) Do(ctx context.Context, key string, f func(ctx context.Cont
 		n = r.nodeOf(lctx, key)
 		cancel()
 	}
+	return r.call(ctx, n, f)
+}
+
+// calls counts the round trips to Redis under way in this process, of
+// every Reconciler (see Busy).
+var calls atomic.Int32
+
+// call makes f, a round trip to node n, through n's breaker, counted in
+// calls while it is under way.
+func (r *Reconciler) call(ctx context.Context, n *node, f func(ctx context.Context) error) error {
+	calls.Add(1)
+	defer calls.Add(-1)
 	return n.br.Do(ctx, f)
 }
+
+// Busy reports whether a round trip to Redis is under way in this process,
+// for this Reconciler or another: a settlement round, a fetch, a heartbeat,
+// an Exact call. A caller that is denied here and is about to ask again
+// should then yield the processor now and then: the goroutine that waits
+// for the reply, which may be what ends its denial, needs a core when the
+// reply comes, and so do those of the other Limiters of the process, which
+// the caller starves as much.
+func Busy() bool { return calls.Load() > 0 }
 
 // Breaker returns the circuit breaker around the calls to a single Redis,
 // and on a Redis Cluster around those whose node is not known; each node of

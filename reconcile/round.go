@@ -80,7 +80,7 @@ func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 		cancel()
 	}
 	start := r.clock.Now()
-	err := nd.br.Do(ctx, func(ctx context.Context) error {
+	err := r.call(ctx, nd, func(ctx context.Context) error {
 		var err error
 		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		return err
@@ -141,7 +141,7 @@ func (r *Reconciler) recount() {
 			nd = r.node(r.router.FleetNode(ctx))
 		}
 		var live int
-		err := nd.br.Do(ctx, func(ctx context.Context) error {
+		err := r.call(ctx, nd, func(ctx context.Context) error {
 			var err error
 			live, _, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 			return err
@@ -495,7 +495,7 @@ func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Sett
 		s, rep := sets[lo:hi], replies[lo:hi]
 		clear(rep)
 		start := r.clock.Now()
-		err := n.br.Do(ctx, func(ctx context.Context) error {
+		err := r.call(ctx, n, func(ctx context.Context) error {
 			if err := r.st.Settle(ctx, s, rep); err != nil {
 				return err
 			}
