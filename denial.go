@@ -39,7 +39,7 @@ func (l *Limiter) yield(now time.Duration) {
 }
 
 // yieldGap is the least time between two yields of a Limiter's denials.
-const yieldGap = 50 * time.Microsecond
+const yieldGap = 250 * time.Microsecond
 
 // fetchFailed decides a request whose fetch or take for e failed with err:
 // the caller's own end (ctx), a closed Limiter and an entry evicted
