@@ -199,8 +199,12 @@ func TestBudgetGrantedOnce(t *testing.T) {
 		} else {
 			t.Logf("admitted %d in %v (B + R*T = %.1f)", n, elapsed, burst+rate*elapsed.Seconds())
 		}
-		if st := l.Stats(); st.Reconcile.Rounds == 0 {
-			t.Errorf("no settlement round ran: the test did not make the race")
+		// The race: a round charging the key while the budget is spent
+		// (or, when the round comes late, behind a heartbeat held by the
+		// link, a fetch charging it on its way while the round comes,
+		// which leaves the key to the next round).
+		if st := l.Stats(); st.Reconcile.Rounds == 0 && st.Reconcile.Fetches < 2 {
+			t.Errorf("no settlement was on its way while the budget was spent: the test did not make the race")
 		}
 	})
 }

@@ -468,12 +468,12 @@ func TestWait(t *testing.T) {
 			if err := l.WaitN(context.Background(), "k", lim, 1); err != nil {
 				t.Fatalf("WaitN = %v", err)
 			}
-			// The token is back in Redis one second after it was taken; the
-			// lease that brings it comes with a round.
+			// The token is back in Redis one second after it was taken, and
+			// WaitN fetches it then, not at the next round.
 			got := time.Since(start)
 			t.Logf("RetryAfter %v; WaitN returned after %v", retry, got)
-			if got < time.Second || got > retry+interval {
-				t.Errorf("WaitN returned after %v, want between 1s (the refill) and RetryAfter %v + one round", got, retry)
+			if got < time.Second || got > retry+time.Millisecond {
+				t.Errorf("WaitN returned after %v, want between 1s (the refill) and RetryAfter %v + 1ms", got, retry)
 			}
 		})
 	})
@@ -850,6 +850,93 @@ func TestColdKeyOptimistic(t *testing.T) {
 		}
 		if bad > 0 {
 			t.Errorf("%d of %d cold keys admitted more or less than their burst", bad, keys)
+		}
+	})
+}
+
+// TestRetryAfter: a denial's RetryAfter is when the tokens are due, within
+// 1ms, in every mode, and a caller that honours it is admitted then: after
+// one token of a limit of 1 per millisecond, burst 1 (go-redis/redis_rate's
+// own case), and of 10 a second, burst 1.
+func TestRetryAfter(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		for _, r := range []float64{1000, 10} {
+			lim := hybrid.Limit{Rate: r, Burst: 1, Mode: mode}
+			t.Run(fmt.Sprintf("%v/%v-per-s", mode, r), func(t *testing.T) {
+				inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+					l := f.lims[0]
+					ctx := context.Background()
+					period := time.Duration(float64(time.Second) / r)
+					for i := range 5 {
+						// Spend the token, then ask again at once.
+						var taken time.Time
+						for {
+							res, err := l.Allow(ctx, "k", lim)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if res.Allowed {
+								taken = time.Now()
+								break
+							}
+							time.Sleep(res.RetryAfter)
+						}
+						res, err := l.Allow(ctx, "k", lim)
+						if err != nil || res.Allowed {
+							t.Fatalf("round %d: Allow right after a token was taken = %+v, %v, want denied", i, res, err)
+						}
+						due := period - time.Since(taken)
+						if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
+							t.Errorf("round %d: RetryAfter %v, the token is due in %v: off by %v, more than 1ms", i, res.RetryAfter, due, diff)
+						}
+						// Honoured, it admits.
+						time.Sleep(res.RetryAfter)
+						if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
+							t.Errorf("round %d: Allow after RetryAfter %v = %+v, %v, want allowed", i, res.RetryAfter, res, err)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestWaitLine: many waiters on one key wake one by one as the bucket
+// refills, not all at once whenever a token is due: 20 WaitN calls on a
+// key of 100/s, burst 1, all return within 20 tokens' time, and make about
+// one decision each (all 20 waking for each token would make 210).
+func TestWaitLine(t *testing.T) {
+	lim := hybrid.Limit{Rate: 100, Burst: 1}
+	inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		ctx := context.Background()
+		if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
+			t.Fatalf("Allow = %+v, %v", res, err)
+		}
+		decisions := func() uint64 {
+			st := l.Stats()
+			return st.LocalAllowed + st.LocalDenied + st.RedisAllowed + st.RedisDenied
+		}
+		before := decisions()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				if err := l.Wait(ctx, "k", lim); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		took := time.Since(start)
+		settle(2 * interval) // LocalAllowed is counted at the rounds
+		made := decisions() - before
+		t.Logf("20 waiters done in %v with %d decisions", took, made)
+		if took > 200*time.Millisecond+time.Millisecond {
+			t.Errorf("20 waiters took %v, want the 20 tokens' 200ms", took)
+		}
+		if made > 3*20 {
+			t.Errorf("20 waiters made %d decisions, want about one each", made)
 		}
 	})
 }

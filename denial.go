@@ -12,10 +12,10 @@ import (
 
 // deniedHere is denied for a request refused here, with no round trip, on
 // the view v of the global bucket, at now.
-func (l *Limiter) deniedHere(sp *reconcile.Spec, lim Limit, cost int64, v local.View, held int64, now time.Duration) Result {
+func (l *Limiter) deniedHere(sp *reconcile.Spec, lim Limit, wait time.Duration, v local.View, held int64, now time.Duration) Result {
 	l.stats.localDenied.Add(1)
 	l.yield(now)
-	return l.denied(sp, lim, cost, v, held, now, SourceLocal)
+	return l.denied(sp, lim, wait, v, held, SourceLocal)
 }
 
 // yield gives up the processor (runtime.Gosched), at a denial answered here
@@ -73,7 +73,8 @@ func (l *Limiter) unanswered(err error, e *reconcile.Entry, sp *reconcile.Spec, 
 	}
 	l.stats.unanswered.Add(1)
 	v := e.View()
-	res := l.denied(sp, lim, cost, v, l.lease(e, sp), l.clock.Now(), SourceRedis)
+	held := l.lease(e, sp)
+	res := l.denied(sp, lim, untilHolds(sp, v, cost-held, l.clock.Now()), v, held, SourceRedis)
 	if v.Seen == 0 {
 		res.RetryAfter = l.r.SyncInterval() / 4
 	}

@@ -136,6 +136,7 @@ type Limiter struct {
 	nspecs atomic.Int64
 
 	lastYield atomic.Int64 // clock reading of the last yield of a denial (see yield)
+	waits     waitLines    // the keys WaitN calls wait on
 }
 
 // New returns a Limiter that keeps its global buckets in rdb (a standalone
@@ -298,12 +299,15 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	now := l.clock.Now()
 	v := e.View()
 	fresh := v.Seen != 0 && v.Age(now) <= 2*l.r.SyncInterval()
-	if fresh && v.Tokens+e.Allowance.Load() < cost {
-		// The fleet's bucket and this instance's lease together held less
-		// than cost at the last round (a fetch grants cost less the lease):
-		// deny here.
-		l.r.Starved(e, false)
-		return l.deniedHere(sp, lim, cost, v, l.lease(e, sp), now), true, nil
+	if fresh {
+		// The fleet's bucket, as last seen and refilled since, cannot yet
+		// hold what a fetch would need (cost less the lease, or for a
+		// saturated key a little more: see due): deny here, until then.
+		held := e.Allowance.Load()
+		if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > 0 {
+			l.r.Starved(e, false)
+			return l.deniedHere(sp, lim, wait, v, held, now), true, nil
+		}
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
 	// the concurrent requests for the key; while Redis still has tokens
@@ -354,8 +358,38 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
-	return l.denied(sp, lim, cost, e.View(), l.lease(e, sp), l.clock.Now(), SourceRedis), true, nil
+	held, v := e.Allowance.Load(), e.View()
+	return l.denied(sp, lim, untilHolds(sp, v, cost-held, l.clock.Now()), v, held, SourceRedis), true, nil
 }
+
+// due returns the micro-tokens that the global bucket of e must hold, as
+// this instance last saw it and refilled since, before a lease request that
+// needs need micro-tokens from Redis fetches them: need, or more for a key
+// whose lease is larger (see pace), whichever is more. A key whose burst is
+// below one interval's refill is starved between rounds by its own demand:
+// it fetches on its own as soon as the bucket refilled enough, so it admits
+// its rate whatever the burst.
+func (l *Limiter) due(e *reconcile.Entry, sp *reconcile.Spec, need int64) int64 {
+	return max(need, l.pace(sp, l.r.LeaseSize(e, sp)))
+}
+
+// pace returns what a saturated key of sp, whose allowance here holds at
+// most size micro-tokens, waits for the bucket to refill before it asks
+// Redis again: as much of size as the bucket refills in fetchPace, and at
+// most half the burst, so that the bucket is not full (refilling nothing)
+// while the request is on its way. A saturated key so asks at most once per
+// fetchPace on each instance, unless its allowance is refilled faster, and
+// a denial's RetryAfter (to when this much is due) is at most fetchPace
+// after a token is due.
+func (l *Limiter) pace(sp *reconcile.Spec, size int64) int64 {
+	return min(size, l.r.Refill(sp, fetchPace), sp.Limit.Burst/2)
+}
+
+// fetchPace is the least time between two round trips of a saturated key
+// on one instance (see pace): it bounds the round trips such a key costs
+// at 1000 a second on each instance, unless one allowance is refilled
+// faster, and a denial's RetryAfter to within it of when a token is due.
+const fetchPace = time.Millisecond
 
 // lease returns the allowance e holds in lease mode, in micro-tokens: tokens
 // of the global bucket reserved for this instance. 0 in the other modes,
@@ -412,7 +446,7 @@ func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
 		// A known bucket under a new limit: a budget from what it held.
 		// A key with no view gets its first budget from Redis, at its
 		// first request.
-		e.Allowance.Add(l.r.Budget(sp, min(v.Tokens-e.Pending.Load(), sp.Limit.Burst), 0, 0))
+		e.Allowance.Add(l.r.Budget(sp, min(v.Tokens-l.r.Unsettled(e), sp.Limit.Burst), 0, 0))
 	}
 	e.X.SetSpec(sp)
 }

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"time"
 
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
@@ -19,8 +20,13 @@ import (
 // reconcile.Reconciler.Trust): a long tail of keys asked once each
 // waits for nothing. A request that costs more than a budget may ever hold
 // takes its cost from Redis alone, while the last view shows the bucket has
-// it. Otherwise the budget is spent: the request is denied here until the
-// next round renews the budget.
+// it.
+//
+// Otherwise the budget is spent. The key settles at once, on its own, when
+// the budget that settlement would bring covers the request (the next round
+// may be far off: a key whose burst is below one interval's refill would
+// admit only a burst per round), paced like a lease fetch (see due); until
+// then it is denied here, told to retry when that budget is due.
 func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
 	v := e.View()
 	if v.Seen == 0 && l.r.Trust(e, sp, cost) {
@@ -35,35 +41,100 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	if v.Seen == 0 {
 		l.r.AwaitTrusted(e) // the budget to come counts the first request
-		l.stats.fetched.Add(1)
+		if cost <= l.r.Cap(sp) {
+			return l.settleFor(ctx, e, sp, lim, cost)
+		}
+		l.stats.fetched.Add(1) // learn the bucket, then take the cost alone
 		if err := l.r.Fetch(ctx, e, cost); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
-		}
-		if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer
-			if !e.Pending.Add(cost) {
-				l.r.Orphan(e.Key(), sp, cost)
-			}
-			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 		}
 		if e.Retired() {
 			return Result{}, false, nil
 		}
-		if v = e.View(); cost <= l.r.Cap(sp) || v.Tokens < cost {
+		v = e.View()
+	}
+	if cost > l.r.Cap(sp) {
+		if cost > local.Micro && v.Tokens >= cost { // a budget holds a token at least
+			l.stats.fetched.Add(1)
+			ok, err := l.r.Take(ctx, e, cost)
+			if ok {
+				return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
+			}
+			if err != nil {
+				return l.fetchFailed(ctx, err, e, sp, lim, cost)
+			}
 			l.stats.redisDenied.Add(1)
-			return l.denied(sp, lim, cost, v, 0, l.clock.Now(), SourceRedis), true, nil
+			v = e.View()
+			return l.denied(sp, lim, untilHolds(sp, v, cost, l.clock.Now()), v, 0, SourceRedis), true, nil
+		}
+		now := l.clock.Now()
+		return l.deniedHere(sp, lim, untilHolds(sp, v, cost, now), v, 0, now), true, nil
+	}
+	if l.r.AwaitRound(ctx, e) {
+		// A round is charging the key's consumption: Redis does not hold
+		// the charge yet, and a grant now could take the tokens it
+		// charges. Its reply renews the budget, or tells when to settle.
+		if ctx.Err() != nil {
+			return Result{}, false, ctx.Err()
+		}
+		if left, ok := e.Allowance.SpendLeft(cost); ok {
+			if !e.Pending.Add(cost) {
+				l.r.Orphan(e.Key(), sp, cost)
+			}
+			return l.allowed(e, sp, lim, left, SourceLocal), true, nil
+		}
+		v = e.View()
+	}
+	now := l.clock.Now()
+	if v.Age(now) <= 2*l.r.SyncInterval() {
+		if wait := l.settleWait(e, sp, cost, v, now); wait > 0 {
+			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}
 	}
-	if cost > local.Micro && v.Tokens >= cost && cost > l.r.Cap(sp) { // a budget holds a token at least
-		l.stats.fetched.Add(1)
-		ok, err := l.r.Take(ctx, e, cost)
-		if ok {
-			return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
-		}
-		if err != nil {
-			return l.fetchFailed(ctx, err, e, sp, lim, cost)
-		}
-		l.stats.redisDenied.Add(1)
-		return l.denied(sp, lim, cost, e.View(), 0, l.clock.Now(), SourceRedis), true, nil
+	return l.settleFor(ctx, e, sp, lim, cost)
+}
+
+// settleFor settles the Optimistic key of e now, for a request of cost
+// micro-tokens (at most the budget cap) that its budget could not pay for:
+// one round trip, shared with the key's concurrent requests, that charges
+// what the key spent and asks for tokens out of the bucket, or renews the
+// budget by its share (see reconcile.Reconciler.Fetch). The request spends
+// the new budget, or is denied.
+func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
+	l.stats.fetched.Add(1)
+	if err := l.r.Fetch(ctx, e, cost); err != nil {
+		return l.fetchFailed(ctx, err, e, sp, lim, cost)
 	}
-	return l.deniedHere(sp, lim, cost, v, 0, l.clock.Now()), true, nil
+	if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer
+		if !e.Pending.Add(cost) {
+			l.r.Orphan(e.Key(), sp, cost)
+		}
+		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+	}
+	if e.Retired() {
+		return Result{}, false, nil
+	}
+	l.stats.redisDenied.Add(1)
+	v := e.View()
+	now := l.clock.Now()
+	return l.denied(sp, lim, l.settleWait(e, sp, cost, v, now), v, 0, SourceRedis), true, nil
+}
+
+// settleWait returns how long after now a settlement of e's Optimistic key
+// would bring its budget here what a request of cost micro-tokens (at most
+// the budget cap) lacks, on the view v: once the bucket, refilled since v,
+// holds it beyond the spending that Redis does not know of, this
+// instance's and what the others may have, and beyond the budget left here,
+// which is part of the bucket too (a grant), or once the budget's share of the refill or of the bucket covers
+// the cost (Budget), whichever comes first, less the time the request
+// takes to reach Redis (Lead). Either is paced as lease fetches are (see
+// pace).
+func (l *Limiter) settleWait(e *reconcile.Entry, sp *reconcile.Spec, cost int64, v local.View, now time.Duration) time.Duration {
+	// Paced, and within this instance's share of a full bucket, which is
+	// the most its share of what the bucket holds can ever bring.
+	pace := min(l.pace(sp, l.r.Cap(sp)), sp.Limit.Burst/(2*l.r.Instances()))
+	unsettled, left := l.r.Unsettled(e), e.Allowance.Load()
+	grant := untilHolds(sp, v, unsettled+l.r.Others(sp)+left+max(cost-left, pace), now)
+	share := l.r.BudgetWait(sp, v.Tokens-unsettled, left, max(cost, pace)) - v.Age(now)
+	return min(grant, share) - l.r.Lead()
 }

@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +105,7 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 		if v.Seen == 0 {
 			tokens = sp.Limit.Burst
 		}
-		rem = max(tokens-e.Pending.Load(), rem)
+		rem = max(tokens-l.r.Unsettled(e), rem)
 	}
 	rem = min(rem, sp.Limit.Burst)
 	return Result{
@@ -118,29 +119,43 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 	}
 }
 
-// denied is the Result of a request for cost micro-tokens refused on the
-// view v of the global bucket, at now, by an instance that holds held
-// micro-tokens of lease for the key (0 in the other modes): its lease is
-// part of the bucket too, outside the view.
-func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, cost int64, v local.View, held int64, now time.Duration, src Source) Result {
+// denied is the Result of a request refused on the view v of the global
+// bucket, at now, by an instance that holds held micro-tokens of lease for
+// the key (0 in the other modes): its lease is part of the bucket too,
+// outside the view. wait is how long until the request can go ahead here:
+// when a token is due (see untilHolds), not when the next round comes.
+func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, wait time.Duration, v local.View, held int64, src Source) Result {
 	tokens := v.Tokens
 	if v.Seen == 0 {
 		tokens = 0
 	}
 	tokens = min(tokens+max(held, 0), sp.Limit.Burst)
-	// The bucket refills from what it held when seen; other instances take
-	// their part too, so never promise sooner than the next round.
-	wait := limit.DurationFor(cost-tokens, sp.Limit.Rate) - v.Age(now)
 	return Result{
 		Source:     src,
 		Remaining:  max(tokens, 0) / local.Micro,
-		RetryAfter: max(wait, l.r.SyncInterval()/4),
+		RetryAfter: cmp.Or(max(wait, 0), minRetry),
 		ResetAfter: limit.DurationFor(sp.Limit.Burst-tokens, sp.Limit.Rate),
 		Limit:      lim,
 		seen:       v.Seen,
 		clock:      &l.clock,
 	}
 }
+
+// untilHolds returns how long after now the global bucket, refilling from
+// what it held in the view v, holds need micro-tokens (as v counts them;
+// none if v is no view).
+func untilHolds(sp *reconcile.Spec, v local.View, need int64, now time.Duration) time.Duration {
+	tokens := v.Tokens
+	if v.Seen == 0 {
+		tokens = 0
+	}
+	return limit.DurationFor(need-tokens, sp.Limit.Rate) - v.Age(now)
+}
+
+// minRetry is the RetryAfter of a denial whose view says the tokens are
+// there already: it was overtaken by other instances' spending, and a
+// caller that retries at once would only be denied again.
+const minRetry = 100 * time.Microsecond
 
 // exact decides an Exact limit with one script call, through the breaker.
 func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
@@ -191,46 +206,6 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
-}
-
-// Wait blocks until one token may be taken for key under lim, and takes it.
-// It is WaitN(ctx, key, lim, 1).
-func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
-	return l.WaitN(ctx, key, lim, 1)
-}
-
-// WaitN blocks until n tokens may be taken for key under lim, and takes them.
-// It returns ctx's error if ctx ends first, and ErrWouldWait at once if ctx's
-// deadline comes before the limiter expects the tokens.
-func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
-	var t *time.Timer
-	for {
-		res, err := l.AllowN(ctx, key, lim, n)
-		if err != nil {
-			return err
-		}
-		if res.Allowed {
-			if t != nil {
-				t.Stop()
-			}
-			return nil
-		}
-		wait := res.RetryAfter
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
-		}
-		if t == nil {
-			t = time.NewTimer(wait)
-		} else {
-			t.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 // Reservation is an allowed decision that can be taken back. Create one with

@@ -138,9 +138,10 @@ func (l *Limiter) Stats() Stats {
 // Overshoot returns the most that the fleet may admit beyond B+R*T for lim,
 // in tokens, over any window T, with the fleet size as now counted: 0 for
 // Lease and Exact, and for Optimistic the bound derived in docs/accuracy.md,
-// 2*min(N*Cap, B + R*SyncInterval), where Cap is one instance's budget cap
-// (its share of B and of one interval's refill, at least one token, at most
-// LocalCapacity). It changes when the fleet does.
+// N*Cap + min(N*Cap, B + R*SyncInterval), where Cap is one instance's budget
+// cap (its share of B and of one interval's refill, at least one token, at
+// most LocalCapacity): 2*N*Cap, unless the fleet is larger than B plus an
+// interval's refill. It changes when the fleet does.
 func (l *Limiter) Overshoot(lim Limit) int64 {
 	if lim.Mode != Optimistic {
 		return 0
@@ -151,6 +152,6 @@ func (l *Limiter) Overshoot(lim Limit) int64 {
 	}
 	n := l.r.Instances()
 	refill, _ := limit.Refill(l.r.SyncInterval(), sp.Limit.Rate, 0)
-	f := min(n*l.r.Cap(sp), sp.Limit.Burst+refill)
-	return (2*f + local.Micro - 1) / local.Micro
+	u := n * l.r.Cap(sp)
+	return (u + min(u, sp.Limit.Burst+refill) + local.Micro - 1) / local.Micro
 }

@@ -33,6 +33,7 @@ type stormResult struct {
 	ideal                  float64 // B + R*T, tokens
 	bound                  int64   // the mode's overshoot bound, tokens (Limiter.Overshoot)
 	roundTrip              time.Duration
+	calls                  uint64       // Redis calls for the key: rounds, fetches, exact calls, all instances
 	stats                  hybrid.Stats // of the first instance
 }
 
@@ -109,9 +110,11 @@ func storm(t *testing.T, addr string, ld load, lim hybrid.Limit, d time.Duration
 	res.stats = lims[0].Stats()
 	res.bound = lims[0].Overshoot(lim)
 	for _, l := range lims {
-		if h := l.Stats().Reconcile.RoundTrip; h.Max > res.roundTrip {
+		st := l.Stats()
+		if h := st.Reconcile.RoundTrip; h.Max > res.roundTrip {
 			res.roundTrip = h.Max
 		}
+		res.calls += st.Reconcile.Rounds + st.Reconcile.Fetches + st.ExactAllowed + st.ExactDenied + st.ExactErrors
 		if err := l.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
@@ -318,5 +321,51 @@ func TestChurn(t *testing.T) {
 				t.Errorf("%d keys admitted more than B + R*T + %d = %.2f (the most: %d)", over, bound, most, worst)
 			}
 		})
+	}
+}
+
+// TestSmallBurst: one instance, 16 goroutines spinning on one key, at limits
+// whose burst is far below one interval's refill, and one far above it. A
+// saturated key admits its rate whatever the burst: at least 95% of B + R*T
+// in lease and exact modes, at least 90% in optimistic mode, and never more
+// than B + R*T (lease, exact) or one interval's refill above it
+// (optimistic, one instance). Lease and optimistic make no more Redis calls
+// than exact mode makes for the same limit.
+func TestSmallBurst(t *testing.T) {
+	proc := redistest.Server(t)
+	d := stormDuration(t)
+	limits := []hybrid.Limit{
+		{Rate: 1000, Burst: 10},
+		{Rate: 200, Burst: 1},
+		{Rate: 50, Burst: 500},
+	}
+	for _, lim := range limits {
+		calls := map[hybrid.Mode]float64{}
+		for _, mode := range []hybrid.Mode{hybrid.Exact, hybrid.Lease, hybrid.Optimistic} {
+			lim.Mode = mode
+			t.Run(fmt.Sprintf("%v/%v-per-s/burst-%d", mode, lim.Rate, lim.Burst), func(t *testing.T) {
+				r := storm(t, proc.Addr(), load{instances: 1, workers: 16}, lim, d)
+				perSecond := float64(r.calls) / r.elapsed.Seconds()
+				calls[mode] = perSecond
+				t.Logf("admitted %d of B+R*T %.1f (%.1f%%), denied %d, by source local/redis/fallback %v, Redis calls %.0f/s",
+					r.admitted, r.ideal, 100*float64(r.admitted)/r.ideal, r.denied, r.bySource, perSecond)
+				if r.errs > 0 {
+					t.Errorf("%d decisions failed", r.errs)
+				}
+				over, least := 0.0, 0.95
+				if mode == hybrid.Optimistic {
+					over, least = lim.Rate*reconcile.DefaultSyncInterval.Seconds(), 0.9
+				}
+				if float64(r.admitted) > r.ideal+over {
+					t.Errorf("admitted %d, above B+R*T %.1f + %.1f", r.admitted, r.ideal, over)
+				}
+				if float64(r.admitted) < least*math.Floor(r.ideal) {
+					t.Errorf("admitted %d, under %.0f%% of B+R*T %.1f (floored)", r.admitted, 100*least, r.ideal)
+				}
+				if exact, ok := calls[hybrid.Exact]; ok && mode != hybrid.Exact && perSecond > exact {
+					t.Errorf("%.0f Redis calls/s, more than exact mode's %.0f", perSecond, calls[hybrid.Exact])
+				}
+			})
+		}
 	}
 }

@@ -15,23 +15,38 @@ import (
 	"github.com/hybridlimit/hybrid/local"
 )
 
-// fetch settles e alone for a request of cost micro-tokens.
+// fetch settles e alone for a request of cost micro-tokens: in lease mode
+// it asks for allowance and charges nothing (consumption is charged by the
+// rounds); in optimistic mode it charges the key's consumption and renews
+// its budget.
 func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	r.stats.fetches.Add(1)
 	sp := e.X.Spec()
 	if sp == nil || e.Retired() {
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), ErrGone)
 	}
-	// It charges nothing: consumption is charged by the rounds alone, whose
-	// settlements are sent again, not charged twice, when a reply is lost.
+	if sp.Mode == Optimistic {
+		// One charge of the key at a time: a round's, sent and not
+		// applied, would leave the bucket this fetch is answered from
+		// fuller than it is, and its budget or grant would count the
+		// tokens that charge takes.
+		if !r.awaitCharge(e) {
+			return fmt.Errorf("reconcile: fetch %q: a round charging the key: %w within %v", e.Key(), ErrNoAnswer, r.callTimeout)
+		}
+		defer e.X.releaseCharge()
+	}
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
 	o := owner{e: e, sp: sp}
+	first := e.View().Seen == 0
 	r.mu.Lock()
 	d, resend := r.fetchDoubts[s.Key]
 	delete(r.fetchDoubts, s.Key)
 	r.mu.Unlock()
 	if resend && r.clock.Now()-d.o.since > maxDoubt {
-		r.stats.doubtsExpired.Add(1) // it charged nothing: nothing to put back
+		// Given up: its consumption is charged anew (twice at worst,
+		// which errs towards denying), its give-back dropped.
+		r.stats.doubtsExpired.Add(1)
+		r.restore(&d.s, d.o, false, true)
 		resend = false
 	}
 	if resend {
@@ -43,7 +58,10 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	} else if sp.Mode == Lease {
 		if bal := e.Allowance.Load(); bal < cost {
 			tgt := r.target(e, sp)
-			if e.X.starved() { // it ran dry since the last round: grow now (and the round grows it again)
+			// A lease that ran dry since the last round grows now (and the
+			// round does not grow it again); one that the last round took
+			// back because the key was idle does not: it was not too small.
+			if starved, idle := e.X.clearStarved(), e.X.clearIdle(); starved && !idle {
 				tgt = r.resize(e, sp, bal, true)
 			}
 			s.Want = max(tgt, cost) - bal
@@ -54,22 +72,54 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// again by the next round if its reply is lost.
 			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
+	} else if sp.Mode == Optimistic {
+		// An optimistic key's budget is renewed once its consumption is
+		// charged: the fetch charges it, as a round would. A key with a
+		// view also asks for tokens out of the bucket, up to its cap, at
+		// least what the request lacks: granted, they are prepaid budget
+		// (see charge), exact however many instances spend the key, and
+		// not granted, the budget is renewed by its share (Budget). The
+		// fetch is numbered, as a lease fetch is, so that a lost reply
+		// neither charges twice nor loses its grant.
+		charge(e, &s)
+		r.adopt(&s, sp)
+		if bal := e.Allowance.Load(); !first && bal < cost {
+			// Grants are whole tokens; a budget's share may hold a
+			// fraction of one. The grant takes only what the bucket holds
+			// beyond the other instances' spending not charged yet (see
+			// Others) and beyond the budget left here (a budget is part of
+			// the bucket), as far as the last view tells.
+			v := e.View()
+			spare := v.Tokens + r.Refill(sp, v.Age(r.clock.Now())) - r.Others(sp) - s.Consumed + s.Returned - bal
+			s.MinGrant = (cost - bal + local.Micro - 1) / local.Micro * local.Micro
+			if want := min(r.Cap(sp)-bal, spare) / local.Micro * local.Micro; want >= s.MinGrant {
+				s.Want = want
+			} else {
+				s.MinGrant = 0
+			}
+		}
+		if s.Consumed > 0 || s.Returned > 0 || s.Want > 0 {
+			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+		}
 	}
 	rep, err := r.settleOne(s)
 	if err != nil {
-		if s.Seq > 0 && (resend || mayBeApplied(err)) {
+		switch {
+		case s.Seq > 0 && (resend || mayBeApplied(err)):
 			if !resend {
 				r.stats.uncertain.Add(1)
 				o.since = r.clock.Now()
 			}
 			r.fetchDoubt(doubt{s, o})
+		case s.Consumed > 0 || s.Returned > 0: // surely not applied: settled later
+			r.putBack(s.Key, o, s.Consumed, s.Returned)
 		}
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
 	}
 	if rep.Duplicate {
 		r.stats.duplicates.Add(1)
 	}
-	if sp.Mode == Optimistic { // the first budget is a share of the bucket
+	if sp.Mode == Optimistic && first { // the first budget is a share of the bucket
 		if r.young() {
 			r.recount()
 		} else {
@@ -78,6 +128,46 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	}
 	r.apply(&s, o, &rep, r.clock.Now())
 	return nil
+}
+
+// adopt adds to s, a settlement of an optimistic key, what an earlier entry
+// of the key left to settle when it left the store (its orphan), if the
+// orphan is under the same limit: the budget that s brings must be a share
+// of a bucket that holds that consumption already, not of one that will be
+// charged it at the next round.
+func (r *Reconciler) adopt(s *global.Settlement, sp *Spec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.orphans[s.Key]
+	if !ok || o.spec != sp {
+		return
+	}
+	delete(r.orphans, s.Key)
+	r.orphanConsumed -= o.consumed
+	s.Consumed += o.consumed
+	s.Returned += o.returned
+}
+
+// awaitCharge claims the charging of e's key (State.claimCharge), waiting
+// while a round holds it until the round's reply has been applied, at most
+// the breakers' call timeout, and reports whether it did.
+func (r *Reconciler) awaitCharge(e *Entry) bool {
+	if e.X.claimCharge() {
+		return true
+	}
+	t := time.NewTimer(r.callTimeout)
+	defer t.Stop()
+	for {
+		ch := *r.applied.Load() // before the claim: a reply applied after this closes ch
+		if e.X.claimCharge() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		}
+	}
 }
 
 // fetchDoubt keeps d, a fetch without a reply, for the key's next fetch or

@@ -32,6 +32,7 @@ type store struct {
 	live    int
 	left    bool
 	gate    chan struct{}       // if not nil, Settle waits for it
+	entered int                 // Settle calls begun, at the gate or past it
 	lost    error               // if not nil, Settle applies the batch, then fails with it (a reply lost)
 	recs    map[string][2]int64 // key + " " + instance: the last seq applied and its grant
 	dups    int                 // settlements found to be duplicates
@@ -44,6 +45,7 @@ func newStore() *store {
 
 func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
 	s.mu.Lock()
+	s.entered++
 	gate := s.gate
 	s.mu.Unlock()
 	if gate != nil {
@@ -829,6 +831,81 @@ func TestLostFetchResentByFetch(t *testing.T) {
 		st.mu.Unlock()
 		if len(seqs) != 3 || seqs[2] <= seqs[1] {
 			t.Errorf("the key was sent Seqs %v, want a third, newer one", seqs)
+		}
+	})
+}
+
+// TestOneChargeAtATime: an optimistic key's consumption is charged by one
+// settlement at a time. A fetch that comes while a round is charging the
+// key waits for the round's reply before it is sent (else Redis could
+// answer it from a bucket the round's charge has not reached, and the
+// budget or grant it brings would count the tokens the round charges); a
+// round that comes while a fetch is charging the key leaves the key to the
+// next round.
+func TestOneChargeAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, ColdWait: time.Second})
+		defer r.Close(context.Background())
+		sp := spec(t, 1, 100, reconcile.Optimistic)
+		e := entry(r, "k", sp)
+		time.Sleep(time.Millisecond)
+		e.SetView(local.View{Tokens: 100 * M, Seen: r.Clock().Now()})
+		st.set(func(s *store) { s.tokens["k"] = 100 * M })
+
+		// A round charges 90 while a fetch comes.
+		e.Pending.Add(90 * M)
+		r.Keys().Get("k")
+		gate := make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round waits at the gate
+		entered := func() int {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return st.entered
+		}
+		before := entered()
+		fetched := make(chan error, 1)
+		go func() { fetched <- r.Fetch(context.Background(), e, 20*M) }()
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := entered(); got != before {
+			t.Fatalf("a fetch was sent while a round charging its key was on its way (%d calls, want %d)", got, before)
+		}
+		st.set(func(s *store) { s.gate = nil })
+		close(gate)
+		if err := <-fetched; err != nil {
+			t.Fatal(err)
+		}
+		// The round left 10 in the bucket: the fetch could take 10 at
+		// most, and asked for 20.
+		if got := e.Allowance.Load(); got > 10*M {
+			t.Errorf("after the round charged 90 of 100, the fetch brought a budget of %d micro-tokens, more than the 10 left", got)
+		}
+
+		// A fetch charges 5 while the round comes (within the fetch's call
+		// timeout, 50ms): the round leaves the key.
+		time.Sleep(70 * time.Millisecond) // the next round is 30ms away
+		e.Pending.Add(5 * M)
+		gate = make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		go func() { fetched <- r.Fetch(context.Background(), e, 50*M) }()
+		synctest.Wait() // the fetch waits at the gate
+		before = entered()
+		r.Keys().Get("k")
+		time.Sleep(35 * time.Millisecond)
+		synctest.Wait()
+		if got := entered(); got != before {
+			t.Fatalf("a round charged the key while a fetch charging it was on its way (%d calls, want %d)", got, before)
+		}
+		st.set(func(s *store) { s.gate = nil })
+		close(gate)
+		if err := <-fetched; err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.get("k"); got > 10*M-5*M {
+			t.Errorf("the bucket holds %d micro-tokens after charges of 90 and 5 from 100, want at most 5M", got)
 		}
 	})
 }

@@ -89,10 +89,20 @@ func (r *Reconciler) round(ctx context.Context) {
 			waiting += e.Pending.Load()
 			continue
 		}
+		claim := sp.Mode == Optimistic
+		if claim && !e.X.claimCharge() {
+			r.hold(e) // a fetch is charging it: settle it next round
+			continue
+		}
 		if s, ok := r.settlement(e, sp, i < touched); ok {
 			r.sets = append(r.sets, s)
-			r.owners = append(r.owners, owner{e: e, sp: sp})
-		} else if sp.Mode == Lease && e.Allowance.Load() > 0 {
+			r.owners = append(r.owners, owner{e: e, sp: sp, claimed: claim})
+			continue
+		}
+		if claim {
+			e.X.releaseCharge()
+		}
+		if sp.Mode == Lease && e.Allowance.Load() > 0 {
 			r.hold(e) // nothing to settle now; give the lease back once idle
 		}
 	}
@@ -250,6 +260,10 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 	s, o := &r.sets[i], r.owners[i]
 	if o.e != nil {
 		defer o.e.X.clearSettling() // after the reply is applied
+	}
+	if o.claimed {
+		defer o.e.X.releaseCharge()
+		o.claimed = false // a doubt sent again by a later round claims nothing
 	}
 	switch {
 	case rep.Err == nil:
@@ -413,6 +427,9 @@ func (r *Reconciler) clockSample(start, end time.Duration, replies []global.Repl
 type owner struct {
 	e  *Entry
 	sp *Spec
+	// claimed is true when the settlement holds its optimistic key's
+	// claim to charge (State.claimCharge), released once it is answered.
+	claimed bool
 	// since is when the settlement was first found in doubt; 0 if it is
 	// not.
 	since time.Duration
@@ -426,13 +443,16 @@ type owner struct {
 func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
 	// Costs are whole tokens: lease grants are too, so that no instance
 	// holds a fraction it cannot spend while others could.
-	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Quantum: local.Micro}
+	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
+	charge(e, &s)
 	switch {
 	case sp.Mode == Optimistic && touched:
 		return s, true // charge, and learn the bucket for the next budget
 	case sp.Mode != Lease:
 	case !touched:
-		s.Returned = e.Allowance.TakeAll()
+		if s.Returned = e.Allowance.TakeAll(); s.Returned > 0 {
+			e.X.setIdle()
+		}
 		e.X.clearStarved()
 	default:
 		bal := e.Allowance.Load()
@@ -449,6 +469,28 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Sett
 		}
 	}
 	return s, s.Consumed > 0 || s.Returned > 0 || s.Want > 0
+}
+
+// charge takes e's unsettled consumption out of it into s: what it spent,
+// less what Redis granted it out of the bucket meanwhile (prepaid: those
+// tokens left the bucket when they were granted), or, if it spent less than
+// that, the rest of the grant given back, so that the bucket gets back what
+// the grant took beyond the spending.
+func charge(e *Entry, s *global.Settlement) {
+	s.Consumed = e.Pending.TakeAll()
+	if pp := e.X.prepaid.TakeAll(); pp > 0 {
+		if pp <= s.Consumed {
+			s.Consumed -= pp
+		} else {
+			s.Consumed, s.Returned = 0, s.Returned+pp-s.Consumed
+		}
+	}
+}
+
+// Unsettled returns what e spent that Redis has not charged and did not
+// grant beforehand, in micro-tokens: what the bucket does not know of yet.
+func (r *Reconciler) Unsettled(e *Entry) int64 {
+	return max(e.Pending.Load()-e.X.prepaid.Load(), 0)
 }
 
 // restore puts back what a failed settlement took out of its entry, or
@@ -468,19 +510,33 @@ func (r *Reconciler) restore(s *global.Settlement, o owner, hold, uncertain bool
 	if uncertain {
 		returned = 0
 	}
+	kept = r.putBack(s.Key, o, consumed, returned)
+	if hold && o.e != nil {
+		r.hold(o.e)
+	}
+	return kept
+}
+
+// putBack puts consumed and returned micro-tokens, taken out of o's entry
+// for the key's settlement, back there, or keeps them as an orphan, and
+// returns the consumption it put back in the entry.
+func (r *Reconciler) putBack(key string, o owner, consumed, returned int64) (kept int64) {
 	if o.e != nil {
 		if consumed > 0 && o.e.Pending.Add(consumed) {
 			kept, consumed = consumed, 0
 		}
-		if returned > 0 && o.e.Allowance.Add(returned) {
+		if returned > 0 && o.sp.Mode == Optimistic {
+			// A grant given back, less the spending it paid for: prepaid
+			// again (see charge).
+			if o.e.X.prepaid.Add(returned) {
+				returned = 0
+			}
+		} else if returned > 0 && o.e.Allowance.Add(returned) {
 			returned = 0
-		}
-		if hold {
-			r.hold(o.e)
 		}
 	}
 	if consumed > 0 || returned > 0 {
-		r.addOrphan(s.Key, o.sp, consumed, returned)
+		r.addOrphan(key, o.sp, consumed, returned)
 	}
 	return kept
 }
@@ -512,12 +568,24 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 		// A first budget counts what was spent before it (a first request
 		// admitted on trust) against the cap too: between two settlements
 		// an instance spends at most Cap (docs/accuracy.md).
+		//
+		// A fetch that Redis granted tokens out of the bucket (see fetch)
+		// adds them to the budget instead, prepaid: the refill since the
+		// last view is what the grant took.
+		if rep.Granted > 0 {
+			if !e.X.prepaid.Add(rep.Granted) {
+				r.addOrphan(s.Key, sp, 0, rep.Granted) // the entry left meanwhile
+			} else {
+				e.Allowance.Add(rep.Granted) // if the entry left, handOff gives prepaid back
+			}
+			break
+		}
 		var elapsed time.Duration
 		seen := e.View().Seen
 		if seen != 0 {
 			elapsed = now - seen
 		}
-		spent := e.Pending.Load()
+		spent := r.Unsettled(e)
 		tokens := rep.Tokens - spent
 		e.Allowance.Update(func(old int64) int64 {
 			b := r.Budget(sp, tokens, old, elapsed)
@@ -541,6 +609,10 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	sp := e.X.Spec()
 	if sp == nil || sp.Mode != Lease {
 		unused = 0
+	}
+	if pp := e.X.prepaid.Retire(); pp > 0 { // as charge does
+		d := min(pp, pending)
+		pending, unused = pending-d, unused+pp-d
 	}
 	if unused > 0 || pending > 0 {
 		r.addOrphan(e.Key(), sp, pending, unused)

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
@@ -57,3 +58,46 @@ func (r *Reconciler) Cap(sp *Spec) int64 {
 	refill, _ := limit.Refill(r.cfg.SyncInterval, sp.Limit.Rate, 0)
 	return min(r.lc, sp.Limit.Burst, max((sp.Limit.Burst+refill)/n, local.Micro))
 }
+
+// LeaseSize returns the allowance e keeps in lease mode, in micro-tokens.
+func (r *Reconciler) LeaseSize(e *Entry, sp *Spec) int64 { return r.target(e, sp) }
+
+// Refill returns the micro-tokens sp's bucket refills in d.
+func (r *Reconciler) Refill(sp *Spec, d time.Duration) int64 {
+	add, _ := limit.Refill(d, sp.Limit.Rate, 0)
+	return add
+}
+
+// BudgetWait returns how long after a settlement of a key, whose bucket then
+// held tokens micro-tokens (less this instance's spending not charged since)
+// and whose budget here holds old micro-tokens, the next settlement would
+// renew the budget to at least need micro-tokens by Budget's rule: when its
+// share of the refill, or of what the bucket holds, covers need. A need
+// above Cap is never met: the result is the longest Duration.
+func (r *Reconciler) BudgetWait(sp *Spec, tokens, old, need int64) time.Duration {
+	if need > r.Cap(sp) {
+		return math.MaxInt64
+	}
+	n := r.live.Load()
+	return min(limit.DurationFor(n*(need-old), sp.Limit.Rate), limit.DurationFor(n*need-tokens, sp.Limit.Rate))
+}
+
+// Lead returns how long before tokens are due in a key's bucket a request
+// may ask Redis for them: the time it takes to reach Redis, half the last
+// round trip, at most maxLead. A request sent when they are due would find
+// a bucket that refilled for that long more, and a full bucket refills
+// nothing.
+func (r *Reconciler) Lead() time.Duration {
+	return min(time.Duration(r.stats.rtt.Load())/2, maxLead)
+}
+
+// maxLead bounds Lead: a round trip stretched by a loaded machine says
+// little of the next one.
+const maxLead = 250 * time.Microsecond
+
+// Others returns what the other instances of the fleet may have spent of a
+// key of sp and not yet charged, at most: a budget cap each. An optimistic
+// grant takes only what the bucket holds beyond it, since the bucket does
+// not hold those charges yet: a grant of the tokens they spent would count
+// them twice.
+func (r *Reconciler) Others(sp *Spec) int64 { return (r.live.Load() - 1) * r.Cap(sp) }

@@ -87,6 +87,11 @@ type State struct {
 	spec   atomic.Pointer[Spec]
 	target atomic.Uint32 // lease: whole tokens of allowance to keep; 0 until first sized
 	flags  atomic.Uint32
+	// prepaid holds, for an optimistic key, the micro-tokens Redis granted
+	// to its budget out of the bucket (see charge): spending them is
+	// recorded as consumption like any other, so the next settlement
+	// charges that much less.
+	prepaid local.Tokens
 }
 
 // Flags of State.
@@ -97,6 +102,8 @@ const (
 	flagSettling                     // a round's settlement is in flight
 	flagFirst                        // the entry's first request is being decided (Trust)
 	flagFirstDone                    // and was
+	flagCharging                     // an optimistic key's consumption is being charged, by a round or a fetch
+	flagIdle                         // a round took the key's lease back, untouched: its next fetch is no starvation
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
@@ -127,9 +134,6 @@ func (s *State) starve() bool {
 	return s.flags.Or(flagStarved)&flagStarved == 0
 }
 
-// starved reports whether the starved flag is set.
-func (s *State) starved() bool { return s.flags.Load()&flagStarved != 0 }
-
 // clearStarved clears the starved flag and reports whether it was set.
 func (s *State) clearStarved() bool { return s.flags.And(^flagStarved)&flagStarved != 0 }
 
@@ -158,3 +162,24 @@ func (s *State) setQueued() bool { return s.flags.Or(flagQueued)&flagQueued == 0
 
 // clearQueued clears the queued flag.
 func (s *State) clearQueued() { s.flags.And(^flagQueued) }
+
+// claimCharge claims the charging of an optimistic key's consumption, and
+// reports whether it was free: one settlement at a time charges a key (see
+// Reconciler.fetch), so that none is answered from a bucket that another's
+// charge, sent and not applied, has yet to reach.
+func (s *State) claimCharge() bool { return s.flags.Or(flagCharging)&flagCharging == 0 }
+
+// releaseCharge ends a claim of claimCharge.
+func (s *State) releaseCharge() { s.flags.And(^flagCharging) }
+
+// setIdle records that a round took the key's whole lease back because the
+// key was not touched since the last round.
+func (s *State) setIdle() { s.flags.Or(flagIdle) }
+
+// clearIdle clears the idle flag and reports whether it was set.
+func (s *State) clearIdle() bool {
+	if s.flags.Load()&flagIdle == 0 {
+		return false // no write on a hot key's fetches
+	}
+	return s.flags.And(^flagIdle)&flagIdle != 0
+}

@@ -1,0 +1,114 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Wait blocks until one token may be taken for key under lim, and takes it.
+// It is WaitN(ctx, key, lim, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
+	return l.WaitN(ctx, key, lim, 1)
+}
+
+// WaitN blocks until n tokens may be taken for key under lim, and takes them.
+// It returns ctx's error if ctx ends first, and ErrWouldWait at once if ctx's
+// deadline comes before the limiter expects the tokens.
+//
+// A denied WaitN sleeps until the tokens are due (the denial's RetryAfter:
+// the bucket's refill, not the next round). The WaitN calls of one key on
+// this Limiter wait in line: each sleeps until the tokens of those before
+// it are due too, so that they wake one by one as the bucket refills rather
+// than all at once whenever a token is due.
+func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
+	var t *time.Timer
+	inLine := false
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+		if inLine {
+			l.waits.leave(key)
+		}
+	}()
+	for {
+		res, err := l.AllowN(ctx, key, lim, n)
+		if err != nil || res.Allowed {
+			return err
+		}
+		if !inLine {
+			l.waits.join(key)
+			inLine = true
+		}
+		// The request's own refill: how long the bucket takes to refill
+		// n tokens, the spacing of the waiters in line.
+		each := time.Duration(float64(n) / lim.Rate * float64(time.Second))
+		wait := l.waits.turn(key, l.clock.Now(), res.RetryAfter, each)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// waitLines holds the line of each key that WaitN calls are waiting on:
+// when the next of them is to try again.
+type waitLines struct {
+	mu    sync.Mutex
+	lines map[string]*waitLine
+}
+
+// waitLine is one key's line.
+type waitLine struct {
+	next    time.Duration // on the Limiter's clock: the turn of the next waiter to take one
+	waiters int
+}
+
+// join puts a waiter in key's line.
+func (w *waitLines) join(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lines == nil {
+		w.lines = make(map[string]*waitLine)
+	}
+	ln := w.lines[key]
+	if ln == nil {
+		ln = &waitLine{}
+		w.lines[key] = ln
+	}
+	ln.waiters++
+}
+
+// leave takes a waiter out of key's line; the last one out drops the line.
+func (w *waitLines) leave(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ln := w.lines[key]; ln != nil {
+		if ln.waiters--; ln.waiters <= 0 {
+			delete(w.lines, key)
+		}
+	}
+}
+
+// turn returns how long after now a waiter in key's line, told to retry
+// after retry, sleeps: until retry, or until the turn after the last one
+// taken, whichever is later. Each turn taken moves the next one each later.
+func (w *waitLines) turn(key string, now, retry, each time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ln := w.lines[key]
+	at := max(now+retry, ln.next)
+	ln.next = at + each
+	return at - now
+}
