@@ -308,6 +308,20 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 			l.r.Starved(e, false)
 			return l.deniedHere(sp, lim, wait, v, held, now), true, nil
 		}
+		if l.r.Fetching(e) && l.r.Refill(sp, l.r.SyncInterval()) <= sp.Limit.Burst &&
+			v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Instances()*l.r.LeaseSize(e, sp)+cost {
+			// A fetch is on its way, and the fleet's fetches may take all
+			// the bucket holds (a lease each): one
+			// request waits for it, the others are told to retry when it is
+			// back, a round trip from now, rather than queue behind it (a
+			// hot key's callers would wait on round trips instead of being
+			// answered here). Not for a key whose burst is below an
+			// interval's refill: its callers wait, blocked, so that the
+			// fetch's reply is not kept from a core by their denials while
+			// the bucket, full, refills nothing.
+			l.r.Starved(e, false)
+			return l.deniedHere(sp, lim, 2*l.r.Lead(), v, held, now), true, nil
+		}
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
 	// the concurrent requests for the key; while Redis still has tokens
@@ -375,20 +389,19 @@ func (l *Limiter) due(e *reconcile.Entry, sp *reconcile.Spec, need int64) int64 
 
 // pace returns what a saturated key of sp, whose allowance here holds at
 // most size micro-tokens, waits for the bucket to refill before it asks
-// Redis again: as much of size as the bucket refills in fetchPace, and at
-// most half the burst, so that the bucket is not full (refilling nothing)
-// while the request is on its way. A saturated key so asks at most once per
-// fetchPace on each instance, unless its allowance is refilled faster, and
-// a denial's RetryAfter (to when this much is due) is at most fetchPace
-// after a token is due.
+// Redis again: as much of size as the bucket refills in fetchPace for each
+// instance of the fleet (N instances that all ask take turns), and at most
+// half the burst, so that the bucket is not full (refilling nothing) while
+// the request is on its way. A saturated key so costs the fleet about one
+// round trip per fetchPace, unless one allowance is refilled faster, and a
+// denial's RetryAfter (to when this much is due) is at most N*fetchPace
+// after a token is due: fetchPace for a single instance.
 func (l *Limiter) pace(sp *reconcile.Spec, size int64) int64 {
-	return min(size, l.r.Refill(sp, fetchPace), sp.Limit.Burst/2)
+	return min(size, l.r.Refill(sp, fetchPace)*l.r.Instances(), sp.Limit.Burst/2)
 }
 
-// fetchPace is the least time between two round trips of a saturated key
-// on one instance (see pace): it bounds the round trips such a key costs
-// at 1000 a second on each instance, unless one allowance is refilled
-// faster, and a denial's RetryAfter to within it of when a token is due.
+// fetchPace paces the round trips of a saturated key (see pace): about one
+// per fetchPace for the fleet, unless one allowance is refilled faster.
 const fetchPace = time.Millisecond
 
 // lease returns the allowance e holds in lease mode, in micro-tokens: tokens

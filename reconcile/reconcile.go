@@ -308,7 +308,11 @@ func (r *Reconciler) LowWater(e *Entry) int64 {
 func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 	ch := make(chan error, 1)
 	if !r.goOwned(func() {
-		_, err, _ := r.flights.Do(e.Key(), func() (any, error) { return nil, r.fetch(e, cost) })
+		_, err, _ := r.flights.Do(e.Key(), func() (any, error) {
+			e.X.flags.Or(flagFetching)
+			defer e.X.flags.And(^flagFetching)
+			return nil, r.fetch(e, cost)
+		})
 		ch <- err
 	}) {
 		return ErrClosed
@@ -325,6 +329,11 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 		return ctx.Err()
 	}
 }
+
+// Fetching reports whether a fetch of e's key is on its way: a request for
+// a key whose view is fresh may rather be denied, told to retry when the
+// fetch is back, than wait for it.
+func (r *Reconciler) Fetching(e *Entry) bool { return e.X.flags.Load()&flagFetching != 0 }
 
 // AwaitRound waits while a settlement round (or an early top-up) has a
 // settlement of e in flight, until its reply has been applied, at most

@@ -90,6 +90,12 @@ func (r *Reconciler) round(ctx context.Context) {
 			continue
 		}
 		claim := sp.Mode == Optimistic
+		if claim && e.X.firstPending() {
+			// Its first request is being admitted on trust: a first budget
+			// set now would not count it. Settle it next round.
+			r.hold(e)
+			continue
+		}
 		if claim && !e.X.claimCharge() {
 			r.hold(e) // a fetch is charging it: settle it next round
 			continue

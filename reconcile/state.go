@@ -104,6 +104,7 @@ const (
 	flagFirstDone                    // and was
 	flagCharging                     // an optimistic key's consumption is being charged, by a round or a fetch
 	flagIdle                         // a round took the key's lease back, untouched: its next fetch is no starvation
+	flagFetching                     // a fetch of the key is on its way
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
