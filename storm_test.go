@@ -327,7 +327,8 @@ func TestChurn(t *testing.T) {
 // TestSmallBurst: one instance, 16 goroutines spinning on one key, at limits
 // whose burst is far below one interval's refill, and one far above it. A
 // saturated key admits its rate whatever the burst: at least 95% of B + R*T
-// in lease and exact modes, at least 90% in optimistic mode, and never more
+// in lease and exact modes, at least 90% in optimistic mode (5 points less
+// under the race detector), and never more
 // than B + R*T (lease, exact) or one interval's refill above it
 // (optimistic, one instance). Lease and optimistic make no more Redis calls
 // than exact mode makes for the same limit.
@@ -355,6 +356,11 @@ func TestSmallBurst(t *testing.T) {
 				over, least := 0.0, 0.95
 				if mode == hybrid.Optimistic {
 					over, least = lim.Rate*reconcile.DefaultSyncInterval.Seconds(), 0.9
+				}
+				if raceEnabled {
+					// Round trips several times slower, in a 1s storm: a
+					// burst of 1 refills nothing while one is on its way.
+					least -= 0.05
 				}
 				if float64(r.admitted) > r.ideal+over {
 					t.Errorf("admitted %d, above B+R*T %.1f + %.1f", r.admitted, r.ideal, over)
