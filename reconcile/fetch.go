@@ -83,8 +83,9 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		// neither charges twice nor loses its grant.
 		charge(e, &s)
 		r.adopt(&s, sp)
-		if bal := e.Allowance.Load(); !first && bal < cost {
-			// Grants are whole tokens; a budget's share may hold a
+		if bal := e.Allowance.Load(); !first && bal < cost && r.live.Load() > 1 {
+			// A lone instance's share is the whole bucket: it needs no
+			// grant. Grants are whole tokens; a budget's share may hold a
 			// fraction of one. The grant takes only what the bucket holds
 			// beyond the other instances' spending not charged yet (see
 			// Others) and beyond the budget left here (a budget is part of
