@@ -4,9 +4,10 @@
 // matter. State is integer micro-tokens and a timestamp, and every write sets
 // a TTL that ends when the bucket would be full again, so idle keys vanish.
 //
-// Each script call touches one hash-tagged key, so the same code runs on a
-// standalone Redis, Sentinel and Redis Cluster: anything that implements
-// Client, such as redis.UniversalClient.
+// Each bucket is one hash-tagged key, so the same code runs on a standalone
+// Redis, Sentinel and Redis Cluster: anything that implements Client, such
+// as redis.UniversalClient. A script call carries one key on a Cluster, and
+// many on a single Redis.
 //
 // Settle changes many buckets in one pipelined round trip: it is what an
 // in-process tier uses to reconcile its shadow buckets. Allow is the plain

@@ -90,8 +90,11 @@ type Reply struct {
 }
 
 // Settle applies batch to the buckets in Redis in one pipelined round trip
-// (go-redis splits the pipeline per node on a Cluster) and stores the
-// outcome of batch[i] in replies[i], which must be at least as long.
+// and stores the outcome of batch[i] in replies[i], which must be at least
+// as long. On a single Redis (standalone or Sentinel) each script call
+// carries up to 100 keys, which costs Redis about half as much a key as a
+// call a key; on a Cluster each carries one (go-redis splits the pipeline
+// per node).
 //
 // Each Settlement is validated first; an invalid one gets its own Reply.Err
 // wrapping ErrInvalidLimit, ErrInvalidCost or ErrInvalidKey and is not sent.
@@ -112,8 +115,14 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	if len(replies) < len(batch) {
 		return fmt.Errorf("global: settle: %d replies for %d settlements", len(replies), len(batch))
 	}
-	cmds := make([]*redis.Cmd, len(batch))
-	var pipe redis.Pipeliner
+	// The valid settlements, in calls: on one Redis, up to maxCallKeys
+	// keys a call (a multi-key call costs Redis about half as much a key);
+	// on a Cluster, whose keys each have a slot of their own, one a call.
+	var calls []call
+	per := maxCallKeys
+	if l.Spread() {
+		per = 1
+	}
 	for i := range batch {
 		s := &batch[i]
 		replies[i] = Reply{}
@@ -121,59 +130,108 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			replies[i].Err = fmt.Errorf("global: settle %q: %w", s.Key, err)
 			continue
 		}
-		if pipe == nil {
-			pipe = l.rdb.Pipeline()
+		if n := len(calls); n == 0 || len(calls[n-1].idx) == per {
+			calls = append(calls, call{})
 		}
-		cmds[i] = l.script.EvalSha(ctx, pipe, []string{l.Key(s.Key)}, s.args()...)
+		c := &calls[len(calls)-1]
+		c.idx = append(c.idx, i)
+		c.keys = append(c.keys, l.Key(s.Key))
 	}
-	if pipe == nil {
+	if len(calls) == 0 {
 		return nil
 	}
-	// Exec's error is the first command's error; each is read below.
-	_, err := pipe.Exec(ctx)
-	markNotSent(cmds, err)
-
-	pipe = nil
-	for i, cmd := range cmds {
-		if cmd != nil && isNoScript(cmd.Err()) {
-			if pipe == nil {
-				pipe = l.rdb.Pipeline()
-			}
-			s := &batch[i]
-			cmds[i] = l.script.Eval(ctx, pipe, []string{l.Key(s.Key)}, s.args()...)
+	for i := range calls {
+		c := &calls[i]
+		if len(c.idx) == 1 {
+			c.args = batch[c.idx[0]].args()
+			continue
+		}
+		c.args = make([]any, 0, 9*len(c.idx))
+		for _, j := range c.idx {
+			c.args = batch[j].appendArgs9(c.args)
 		}
 	}
-	if pipe != nil {
-		_, err := pipe.Exec(ctx)
-		markNotSent(cmds, err)
-	}
+	l.send(ctx, calls, func(c *call) bool { return true })
+	// Calls that found the script gone (a restart, a failover, SCRIPT
+	// FLUSH) go again with the source.
+	l.send(ctx, calls, func(c *call) bool { return isNoScript(c.cmd.Err()) })
 
 	var failed error // the first error that is not a reply from Redis
 	nfailed := 0
-	for i, cmd := range cmds {
-		if cmd == nil {
-			continue
-		}
-		s := &batch[i]
-		v, err := cmd.Result()
-		if errors.Is(err, redis.Nil) {
-			err = fmt.Errorf("%w: got nil, want 5 integers", ErrReply)
-		} else if err == nil {
-			replies[i], err = parseReply(v, s.Limit.Burst, s.Want, s.Seq > 0)
-		} else if !isReply(err) {
+	for i := range calls {
+		c := &calls[i]
+		v, err := c.cmd.Result()
+		var a []any
+		switch {
+		case errors.Is(err, redis.Nil):
+			err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, 5*len(c.idx))
+		case err == nil:
+			var ok bool
+			if a, ok = v.([]any); !ok || len(a) != 5*len(c.idx) {
+				err = fmt.Errorf("%w: got %T of %d, want %d integers", ErrReply, v, len(a), 5*len(c.idx))
+			}
+		case !isReply(err):
 			if failed == nil {
 				failed = err
 			}
-			nfailed++
+			nfailed += len(c.idx)
 		}
-		if err != nil {
-			replies[i] = Reply{Err: fmt.Errorf("global: settle %q: %w", s.Key, err)}
+		for k, j := range c.idx {
+			s := &batch[j]
+			err := err
+			if err == nil {
+				replies[j], err = parseReply(a[5*k:5*k+5], s.Limit.Burst, s.Want, s.Seq > 0)
+			}
+			if err != nil {
+				replies[j] = Reply{Err: fmt.Errorf("global: settle %q: %w", s.Key, err)}
+			}
 		}
 	}
 	if failed != nil {
 		return fmt.Errorf("global: settle: %d of %d keys got no reply: %w", nfailed, len(batch), failed)
 	}
 	return nil
+}
+
+// maxCallKeys is the most keys one script call carries: about half a
+// millisecond of Redis's time, during which it serves nobody else.
+const maxCallKeys = 100
+
+// call is one script call of Settle: the settlements batch[idx], their keys
+// and arguments, and the command that carries them.
+type call struct {
+	idx  []int
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// send sends the calls for which pick is true, with EVALSHA the first time
+// and EVAL after (a call that has a command already), in one pipeline.
+func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool) {
+	var pipe redis.Pipeliner
+	var cmds []*redis.Cmd
+	for i := range calls {
+		c := &calls[i]
+		if !pick(c) {
+			continue
+		}
+		if pipe == nil {
+			pipe = l.rdb.Pipeline()
+		}
+		if c.cmd == nil {
+			c.cmd = l.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		} else {
+			c.cmd = l.script.Eval(ctx, pipe, c.keys, c.args...)
+		}
+		cmds = append(cmds, c.cmd)
+	}
+	if pipe == nil {
+		return
+	}
+	// Exec's error is the first command's error; each is read by the caller.
+	_, err := pipe.Exec(ctx)
+	markNotSent(cmds, err)
 }
 
 // args returns the script's ARGV for s: 7 values, then Instance and Seq if
@@ -184,6 +242,16 @@ func (s *Settlement) args() []any {
 		a = append(a, s.Instance, s.Seq)
 	}
 	return a
+}
+
+// appendArgs9 appends the script's 9 arguments for s to a, as a call of
+// many keys takes them: without a Seq, an empty instance and seq 0.
+func (s *Settlement) appendArgs9(a []any) []any {
+	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1))
+	if s.Seq > 0 {
+		return append(a, s.Instance, s.Seq)
+	}
+	return append(a, "", 0)
 }
 
 // check validates s as the script requires, with the bounds of package limit.

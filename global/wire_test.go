@@ -9,9 +9,9 @@ import (
 )
 
 // TestSettleWireReplies answers wireBatch (two keys without a seq, one
-// with) on the wire and checks what each key gets: dup 1 is a Duplicate for
-// the key sent with a seq and a garbled reply for the others, and the old
-// four-integer reply is garbled.
+// with, in one script call) on the wire and checks what each key gets: dup
+// 1 is a Duplicate for the key sent with a seq and a garbled reply for the
+// others, and a reply of four integers a key is garbled for every key.
 func TestSettleWireReplies(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	reply := func(v ...int64) string {
@@ -32,19 +32,19 @@ func TestSettleWireReplies(t *testing.T) {
 		want [3]want
 	}{
 		{"applied",
-			reply(2_000_000, 7_000_000, now, 0, 0) + reply(5_000_000, 5_000_000, now, 1, 0) + reply(3_000_000, 8_000_000, now, 0, 0),
+			reply(2_000_000, 7_000_000, now, 0, 0, 5_000_000, 5_000_000, now, 1, 0, 3_000_000, 8_000_000, now, 0, 0),
 			[3]want{{granted: 2_000_000, tokens: 7_000_000}, {granted: 5_000_000, tokens: 5_000_000, reset: true}, {granted: 3_000_000, tokens: 8_000_000}}},
 		{"duplicate",
-			reply(0, 0, now, 0, 0) + reply(0, 0, now, 0, 0) + reply(3_000_000, -4, now, 0, 1),
+			reply(0, 0, now, 0, 0, 0, 0, now, 0, 0, 3_000_000, -4, now, 0, 1),
 			[3]want{{}, {}, {granted: 3_000_000, tokens: -4, dup: true}}},
 		{"dup 1 without a seq",
-			reply(0, 0, now, 0, 1) + reply(1_000_000, 0, now, 0, 1) + reply(0, 0, now, 0, 1),
+			reply(0, 0, now, 0, 1, 1_000_000, 0, now, 0, 1, 0, 0, now, 0, 1),
 			[3]want{{garbled: true}, {garbled: true}, {dup: true}}},
 		{"dup with reset",
-			reply(0, 0, now, 0, 0) + reply(0, 0, now, 0, 0) + reply(0, 0, now, 1, 1),
+			reply(0, 0, now, 0, 0, 0, 0, now, 0, 0, 0, 0, now, 1, 1),
 			[3]want{{}, {}, {garbled: true}}},
 		{"four integers",
-			reply(0, 0, now, 0) + reply(0, 0, now, 0) + reply(0, 0, now, 0),
+			reply(0, 0, now, 0, 0, 0, now, 0, 0, 0, now, 0),
 			[3]want{{garbled: true}, {garbled: true}, {garbled: true}}},
 	}
 	for _, tt := range tests {

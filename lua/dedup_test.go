@@ -355,3 +355,71 @@ func TestSettlePrune(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleMany checks that one call carrying many keys does to each what a
+// call per key would, in order: the same replies and the same records, with
+// a key named twice seeing its first step, a bucket of another type reset,
+// de-duplication per key and instance, and keys without a seq.
+func TestSettleMany(t *testing.T) {
+	const M = 1_000_000
+	type call struct {
+		key  string
+		args []any // 9
+	}
+	calls := []call{
+		{"{a}", []any{1, 10 * M, 2 * M, 0, 3 * M, 1, 1, "x", 5}},
+		{"{b}", []any{1, 10 * M, 0, 0, M, M, 1, "", 0}},
+		{"{a}", []any{1, 10 * M, 2 * M, 0, 3 * M, 1, 1, "x", 5}}, // a duplicate of the first
+		{"{c}", []any{1, 5 * M, 0, 0, 6 * M, 6 * M, 1, "y", 1}},  // all or nothing: nothing
+		{"{a}", []any{1, 10 * M, 0, 4 * M, 0, 0, 1, "y", 9}},     // another instance gives 4 back
+		{"{wrong}", []any{1, 10 * M, M, 0, 0, 0, 1, "", 0}},      // a string: reset
+		{"{b}", []any{7, 3 * M, 0, M, 2 * M, M, M, "x", 6}},      // another limit on the same key
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		for _, p := range []string{"one:", "many:"} {
+			if err := b.rdb.Set(ctx, p+"{wrong}", "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var one [][5]int64
+		for _, c := range calls {
+			args := c.args
+			if args[7] == "" {
+				args = args[:7] // one key: the 7-argument form
+			}
+			one = append(one, eval(ctx, t, b.rdb, "one:"+c.key, args...))
+		}
+		// What the calls mean, one by one: {a} 10-2-3 = 5, then a
+		// duplicate, then y gives 4 back; {c} grants nothing of 6 from 5;
+		// {wrong} is reset.
+		if one[0][0] != 3*M || one[2][4] != 1 || one[3][0] != 0 || !near(one[4][1], 9*M) || one[5][3] != 1 {
+			t.Fatalf("calls one by one: %v", one)
+		}
+		var keys []string
+		var args []any
+		for _, c := range calls {
+			keys = append(keys, "many:"+c.key)
+			args = append(args, c.args...)
+		}
+		v, err := b.rdb.Eval(ctx, lua.Settle, keys, args...).Int64Slice()
+		if err != nil || len(v) != 5*len(calls) {
+			t.Fatalf("EVAL of %d keys = %v, %v; want %d integers", len(calls), v, err, 5*len(calls))
+		}
+		for i, c := range calls {
+			got, want := v[5*i:5*i+5], one[i]
+			if got[0] != want[0] || !near(got[1], want[1]) && !near(want[1], got[1]) || got[3] != want[3] || got[4] != want[4] {
+				t.Errorf("call %d (%s): %v in one call, %v alone", i, c.key, got, want)
+			}
+			if got[2] != v[2] {
+				t.Errorf("call %d: time %d, want the call's one time %d", i, got[2], v[2])
+			}
+		}
+		for _, k := range []string{"{a}", "{b}", "{c}", "{wrong}"} {
+			h1, h2 := hash(ctx, t, b.rdb, "one:"+k), hash(ctx, t, b.rdb, "many:"+k)
+			if !slices.Equal(slices.Sorted(maps.Keys(h1)), slices.Sorted(maps.Keys(h2))) {
+				t.Errorf("%s: fields %v after calls one by one, %v after one call", k, h1, h2)
+			}
+		}
+	})
+}

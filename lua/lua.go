@@ -15,6 +15,8 @@ import _ "embed"
 // or garbled fields) is replaced by a full bucket, with reset 1. With two
 // more ARGV, instance and seq, a call is applied once: sent again, it
 // changes nothing and replies dup 1 with what it granted the first time.
+// One call may carry up to 1000 keys, with 9 ARGV each (instance "" and seq
+// 0 for none), and replies 5 integers for each.
 //
 //go:embed settle.lua
 var Settle string

@@ -1,11 +1,16 @@
--- settle.lua: one step of an authoritative token bucket, in Redis.
+-- settle.lua: one step of an authoritative token bucket, in Redis, for each
+-- of up to 1000 keys.
 --
 -- It serves both a settlement round (charge what was spent, take back what
 -- was not, grant what is wanted next) and the exact limiter (grant all of a
 -- cost or nothing). A call that names its instance and a sequence number is
 -- idempotent: sent again after its reply was lost, it is not applied twice.
+-- One call may carry many keys (on a Redis Cluster, of one slot), each with
+-- arguments and a reply of its own: it costs Redis about half as much a key
+-- as a call a key.
 --
--- KEYS[1]  the bucket, e.g. "hybrid:{user42}": a hash with fields
+-- KEYS     1 to 1000 buckets, each a key such as "hybrid:{user42}": a hash
+--          with fields
 --            t             tokens, in micro-tokens, in [-burst, burst]
 --            ts            the Redis time of t, in microseconds
 --            q:<instance>  "<seq> <granted> <now_us>": the last call of
@@ -18,8 +23,10 @@
 --          (reset = 1 in the reply): it never stays stuck. An unreadable
 --          q: record counts as no record, and an unreadable or missing p as
 --          0; neither is a reset.
--- ARGV     rate, burst, consumed, returned, want, min_grant, quantum
---          and, to de-duplicate, instance and seq (7 or 9 arguments)
+-- ARGV     for one key: rate, burst, consumed, returned, want, min_grant,
+--          quantum and, to de-duplicate, instance and seq (7 or 9
+--          arguments); for more keys, the 9 arguments of each in the order
+--          of KEYS, where instance "" and seq 0 stand for no de-duplication
 --            rate       micro-tokens per second, an integer in [1, 2^50]
 --            burst      micro-tokens, an integer in [1, 2^50]
 --            consumed   micro-tokens spent elsewhere, to charge (>= 0)
@@ -32,7 +39,8 @@
 --            seq        the call's sequence number, an integer in [1, 2^53)
 --          consumed, returned, want and min_grant are integers below 2^53.
 --          Without instance and seq every call is applied.
--- returns  {granted, tokens, now_us, reset, dup}, all integers:
+-- returns  {granted, tokens, now_us, reset, dup} for each key, in the
+--          order of KEYS, all integers (5 for one key, 5 * #KEYS in all):
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
 --                       a multiple of quantum; for a duplicate, what the
 --                       call with the same seq granted, or 0 (see below)
@@ -42,9 +50,11 @@
 --                       type, garbled fields) and was replaced, else 0
 --            dup        1 if the call was a duplicate and changed nothing,
 --                       else 0; never 1 with reset 1
--- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read.
+-- errors   "ERR hybrid: ..." for bad KEYS or ARGV (any key's), before
+--          anything is read. An error from Redis itself ends the call, and
+--          the keys before it may have been written.
 --
--- One step, with now from Redis TIME:
+-- One step for each key in turn, with now from one Redis TIME for all:
 --   0. read t, ts, p and the record q:<instance> (one HMGET); a missing key
 --      is {burst, now} with no records, and so is a key that cannot be
 --      read, which is deleted first (reset)
@@ -113,47 +123,49 @@ local MAX_TTL_MS = 8796093022208     -- 2^43 ms, about 278 years
 local EXACT = 9007199254740992       -- 2^53
 local MICRO = 1000000
 local MAX_INSTANCE = 64              -- bytes
+local MAX_KEYS = 1000                -- a call's
 local PRUNE_AGE_US = 600000000       -- 10 minutes
 local PRUNE_MIN = 64                 -- fields
 local HDEL_CHUNK = 1000              -- fields per HDEL, well inside unpack's limit
 
-if #KEYS ~= 1 then
-  return redis.error_reply('ERR hybrid: want 1 key, got ' .. #KEYS)
-end
-if #ARGV ~= 7 and #ARGV ~= 9 then
-  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. #ARGV)
-end
-
-local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
-local arg = {}
-for i = 1, 7 do
-  local lo, hi = 0, MAX_AMOUNT
-  if i <= 2 or i == 7 then
-    lo, hi = 1, MAX_LIMIT
+-- parse reads and checks the n arguments (7 or 9) of one key that start
+-- after ARGV[base], as the header says. It returns the call, or nil and
+-- what is wrong. With 9, instance "" and seq 0 are no de-duplication only
+-- if empty is true (a call of many keys).
+local NAMES = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
+local function parse(base, n, empty)
+  local c = {}
+  for i = 1, 7 do
+    local lo, hi = 0, MAX_AMOUNT
+    if i <= 2 or i == 7 then
+      lo, hi = 1, MAX_LIMIT
+    end
+    local a = ARGV[base + i]
+    local v = tonumber(a)
+    if v == nil or v ~= v or v < lo or v > hi or v ~= math.floor(v) then
+      return nil, NAMES[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
+        string.format('%.0f', lo) .. ', ' .. string.format('%.0f', hi) .. ']'
+    end
+    c[NAMES[i]] = v
   end
-  local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v < lo or v > hi or v ~= math.floor(v) then
-    return redis.error_reply('ERR hybrid: ' .. names[i] .. ' ' .. tostring(ARGV[i]) ..
-      ' is not an integer in [' .. string.format('%.0f', lo) .. ', ' .. string.format('%.0f', hi) .. ']')
+  if n < 9 then
+    return c
   end
-  arg[i] = v
-end
-local rate, burst, consumed, returned, want, min_grant, quantum =
-  arg[1], arg[2], arg[3], arg[4], arg[5], arg[6], arg[7]
-
--- The instance and seq of a call to de-duplicate; nil for 7 arguments.
-local instance, seq
-if #ARGV == 9 then
-  instance = ARGV[8]
+  local instance, seq = ARGV[base + 8], ARGV[base + 9]
+  if empty and instance == '' and seq == '0' then
+    return c
+  end
   if #instance < 1 or #instance > MAX_INSTANCE or not string.find(instance, '^[0-9A-Za-z_.%-]+$') then
-    return redis.error_reply('ERR hybrid: instance of ' .. #instance .. ' bytes is not 1 to ' ..
-      MAX_INSTANCE .. ' bytes of [0-9A-Za-z_.-]')
+    return nil, 'instance of ' .. #instance .. ' bytes is not 1 to ' .. MAX_INSTANCE ..
+      ' bytes of [0-9A-Za-z_.-]'
   end
-  seq = tonumber(ARGV[9])
-  if seq == nil or seq ~= seq or seq < 1 or seq > MAX_AMOUNT or seq ~= math.floor(seq) then
-    return redis.error_reply('ERR hybrid: seq ' .. tostring(ARGV[9]) ..
-      ' is not an integer in [1, ' .. string.format('%.0f', MAX_AMOUNT) .. ']')
+  local s = tonumber(seq)
+  if s == nil or s ~= s or s < 1 or s > MAX_AMOUNT or s ~= math.floor(s) then
+    return nil, 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
+      string.format('%.0f', MAX_AMOUNT) .. ']'
   end
+  c.instance, c.seq = instance, s
+  return c
 end
 
 -- record parses a q: record "<seq> <granted> <now_us>"; nil if unreadable.
@@ -170,184 +182,229 @@ local function record(v)
   return {seq = s, granted = g, now = n}
 end
 
-local key = KEYS[1]
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * MICRO + tonumber(time[2])
+-- settle applies one call c (see parse) to key at Redis time now, and
+-- returns granted, tokens, reset and dup, or nil and an error.
+local function settle(key, c, now)
+  local rate, burst, consumed, returned, want, min_grant, quantum =
+    c.rate, c.burst, c.consumed, c.returned, c.want, c.min_grant, c.quantum
+  local instance, seq = c.instance, c.seq
 
--- 0. The state. Anything unreadable is replaced by a full bucket rather
--- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
--- and a hash whose t and ts are not the script's. pcall, so that WRONGTYPE
--- is seen here; any other error is passed on.
-local reset = 0
-local t, ts
-local p, rec = 0, nil
-local rfield = instance and ('q:' .. instance)
-local state
-if rfield then
-  state = redis.pcall('HMGET', key, 't', 'ts', 'p', rfield)
-else
-  state = redis.pcall('HMGET', key, 't', 'ts', 'p')
-end
-if state.err then
-  if not string.find(state.err, 'WRONGTYPE', 1, true) then
-    return redis.error_reply(state.err)
-  end
-  reset = 1
-else
-  t, ts = tonumber(state[1]), tonumber(state[2])
-  if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
-      ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
-    -- Missing (a full bucket, not a reset) unless the hash exists with
-    -- other fields (records, p, anything), or with a field that is there
-    -- but unreadable.
-    if state[1] or state[2] or state[3] or state[4] or redis.call('EXISTS', key) == 1 then
-      reset = 1
-    end
-    t, ts = nil, nil
+  -- 0. The state. Anything unreadable is replaced by a full bucket rather
+  -- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
+  -- and a hash whose t and ts are not the script's. pcall, so that WRONGTYPE
+  -- is seen here; any other error is passed on.
+  local reset = 0
+  local t, ts
+  local p, rec = 0, nil
+  local rfield = instance and ('q:' .. instance)
+  local state
+  if rfield then
+    state = redis.pcall('HMGET', key, 't', 'ts', 'p', rfield)
   else
-    -- Only a readable bucket keeps its records and p.
-    local n = tonumber(state[3])
-    if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == math.floor(n) then
-      p = n
-    end
-    if rfield then
-      rec = record(state[4])
-    end
+    state = redis.pcall('HMGET', key, 't', 'ts', 'p')
   end
-end
-if t == nil then
-  if reset == 1 then
-    redis.call('DEL', key)
-  end
-  t, ts = burst, now
-end
-if t > burst then
-  t = burst -- the burst was lowered since the last write
-elseif t < -burst then
-  t = -burst
-end
-
--- 1. Refill for the time since ts. elapsed_us * rate may pass 2^53, so with
--- elapsed = es s + eu us and rate = rq * 1e6 + rr:
---   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
--- es * rate is compared with the deficit first (an exact bound, below 2^51);
--- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
--- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
--- away from the next integer.
-if now > ts then
-  local deficit = burst - t
-  if deficit > 0 then
-    local e = now - ts
-    local es = math.floor(e / MICRO)
-    local eu = e - es * MICRO
-    if eu < 0 then
-      es, eu = es - 1, eu + MICRO
-    elseif eu >= MICRO then
-      es, eu = es + 1, eu - MICRO
+  if state.err then
+    if not string.find(state.err, 'WRONGTYPE', 1, true) then
+      return nil, state.err
     end
-    local add = es * rate
-    if add < deficit then
-      local rq = math.floor(rate / MICRO)
-      local rr = rate - rq * MICRO
-      add = add + eu * rq + math.floor(eu * rr / MICRO)
-    end
-    if add >= deficit then
-      t = burst
+    reset = 1
+  else
+    t, ts = tonumber(state[1]), tonumber(state[2])
+    if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
+        ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
+      -- Missing (a full bucket, not a reset) unless the hash exists with
+      -- other fields (records, p, anything), or with a field that is there
+      -- but unreadable.
+      if state[1] or state[2] or state[3] or state[4] or redis.call('EXISTS', key) == 1 then
+        reset = 1
+      end
+      t, ts = nil, nil
     else
-      t = t + add
-    end
-  end
-  ts = now
-end
-
--- A duplicate changes nothing: it replies what it was granted the first
--- time (0 if superseded since) and the tokens as refilled, unwritten.
-if rec and seq <= rec.seq then
-  local granted = 0
-  if seq == rec.seq then
-    granted = rec.granted
-  end
-  return {granted, t, now, 0, 1}
-end
-
--- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
-t = t + returned
-if t > burst then
-  t = burst
-end
-
--- 3. Consumption charged; debt never sinks below -burst.
-t = t - consumed
-if t < -burst then
-  t = -burst
-end
-
--- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
--- math.fmod of two doubles is exact, and granted >= 0.
-local granted = 0
-if t > 0 then
-  granted = math.min(want, t)
-end
-granted = granted - math.fmod(granted, quantum)
-if granted < min_grant then
-  granted = 0
-end
-t = t - granted
-
--- 5. Write, with a TTL that ends when the bucket is full again:
--- ceil((burst - t) * 1000 / rate) ms after ts. The quotient is exact up to
--- the ceiling when the numerator is below 2^53; above, one more ms keeps the
--- key from expiring (and so reading as full) too early.
-local num = (burst - t) * 1000
-local ttl = math.ceil(num / rate)
-if num >= EXACT then
-  ttl = ttl + 1
-end
-if ts > now then
-  ttl = ttl + math.ceil((ts - now) / 1000)
-end
-if ttl < 1000 then
-  ttl = 1000
-elseif ttl > MAX_TTL_MS then
-  ttl = MAX_TTL_MS
-end
-if rfield then
-  redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts),
-    rfield, string.format('%.0f %.0f %.0f', seq, granted, now))
-else
-  redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
-end
-
--- Prune the records older than PRUNE_AGE_US (and unreadable ones) once the
--- hash has more than doubled since the last prune: a prune reads every
--- field, and more than half of them were added since, one record per call.
--- Fields are only added between prunes, so a p above HLEN is wrong (written
--- by someone else) and is mended by a prune too.
-local fields = redis.call('HLEN', key)
-if fields > math.max(2 * p, PRUNE_MIN) or p > fields then
-  local all = redis.call('HGETALL', key)
-  local old = {}
-  local hasP = false
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if f == 'p' then
-      hasP = true
-    elseif string.sub(f, 1, 2) == 'q:' then
-      local r = record(all[i + 1])
-      if r == nil or r.now < now - PRUNE_AGE_US then
-        old[#old + 1] = f
+      -- Only a readable bucket keeps its records and p.
+      local n = tonumber(state[3])
+      if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == math.floor(n) then
+        p = n
+      end
+      if rfield then
+        rec = record(state[4])
       end
     end
   end
-  for i = 1, #old, HDEL_CHUNK do
-    redis.call('HDEL', key, unpack(old, i, math.min(i + HDEL_CHUNK - 1, #old)))
+  if t == nil then
+    if reset == 1 then
+      redis.call('DEL', key)
+    end
+    t, ts = burst, now
   end
-  fields = fields - #old
-  if not hasP then
-    fields = fields + 1
+  if t > burst then
+    t = burst -- the burst was lowered since the last write
+  elseif t < -burst then
+    t = -burst
   end
-  redis.call('HSET', key, 'p', string.format('%.0f', fields))
-end
-redis.call('PEXPIRE', key, string.format('%.0f', ttl))
 
-return {granted, t, now, reset, 0}
+  -- 1. Refill for the time since ts. elapsed_us * rate may pass 2^53, so with
+  -- elapsed = es s + eu us and rate = rq * 1e6 + rr:
+  --   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
+  -- es * rate is compared with the deficit first (an exact bound, below 2^51);
+  -- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
+  -- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
+  -- away from the next integer.
+  if now > ts then
+    local deficit = burst - t
+    if deficit > 0 then
+      local e = now - ts
+      local es = math.floor(e / MICRO)
+      local eu = e - es * MICRO
+      if eu < 0 then
+        es, eu = es - 1, eu + MICRO
+      elseif eu >= MICRO then
+        es, eu = es + 1, eu - MICRO
+      end
+      local add = es * rate
+      if add < deficit then
+        local rq = math.floor(rate / MICRO)
+        local rr = rate - rq * MICRO
+        add = add + eu * rq + math.floor(eu * rr / MICRO)
+      end
+      if add >= deficit then
+        t = burst
+      else
+        t = t + add
+      end
+    end
+    ts = now
+  end
+
+  -- A duplicate changes nothing: it replies what it was granted the first
+  -- time (0 if superseded since) and the tokens as refilled, unwritten.
+  if rec and seq <= rec.seq then
+    local granted = 0
+    if seq == rec.seq then
+      granted = rec.granted
+    end
+    return granted, t, 0, 1
+  end
+
+  -- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
+  t = t + returned
+  if t > burst then
+    t = burst
+  end
+
+  -- 3. Consumption charged; debt never sinks below -burst.
+  t = t - consumed
+  if t < -burst then
+    t = -burst
+  end
+
+  -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
+  -- math.fmod of two doubles is exact, and granted >= 0.
+  local granted = 0
+  if t > 0 then
+    granted = math.min(want, t)
+  end
+  granted = granted - math.fmod(granted, quantum)
+  if granted < min_grant then
+    granted = 0
+  end
+  t = t - granted
+
+  -- 5. Write, with a TTL that ends when the bucket is full again:
+  -- ceil((burst - t) * 1000 / rate) ms after ts. The quotient is exact up to
+  -- the ceiling when the numerator is below 2^53; above, one more ms keeps the
+  -- key from expiring (and so reading as full) too early.
+  local num = (burst - t) * 1000
+  local ttl = math.ceil(num / rate)
+  if num >= EXACT then
+    ttl = ttl + 1
+  end
+  if ts > now then
+    ttl = ttl + math.ceil((ts - now) / 1000)
+  end
+  if ttl < 1000 then
+    ttl = 1000
+  elseif ttl > MAX_TTL_MS then
+    ttl = MAX_TTL_MS
+  end
+  if rfield then
+    redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts),
+      rfield, string.format('%.0f %.0f %.0f', seq, granted, now))
+  else
+    redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
+  end
+
+  -- Prune the records older than PRUNE_AGE_US (and unreadable ones) once the
+  -- hash has more than doubled since the last prune: a prune reads every
+  -- field, and more than half of them were added since, one record per call.
+  -- Fields are only added between prunes, so a p above HLEN is wrong (written
+  -- by someone else) and is mended by a prune too.
+  local fields = redis.call('HLEN', key)
+  if fields > math.max(2 * p, PRUNE_MIN) or p > fields then
+    local all = redis.call('HGETALL', key)
+    local old = {}
+    local hasP = false
+    for i = 1, #all, 2 do
+      local f = all[i]
+      if f == 'p' then
+        hasP = true
+      elseif string.sub(f, 1, 2) == 'q:' then
+        local r = record(all[i + 1])
+        if r == nil or r.now < now - PRUNE_AGE_US then
+          old[#old + 1] = f
+        end
+      end
+    end
+    for i = 1, #old, HDEL_CHUNK do
+      redis.call('HDEL', key, unpack(old, i, math.min(i + HDEL_CHUNK - 1, #old)))
+    end
+    fields = fields - #old
+    if not hasP then
+      fields = fields + 1
+    end
+    redis.call('HSET', key, 'p', string.format('%.0f', fields))
+  end
+  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+
+  return granted, t, reset, 0
+end
+
+-- Every call is read and checked before any key is touched: a call of many
+-- keys with one bad part changes nothing.
+local calls = {}
+if #KEYS == 1 and (#ARGV == 7 or #ARGV == 9) then
+  local c, err = parse(0, #ARGV, false)
+  if not c then
+    return redis.error_reply('ERR hybrid: ' .. err)
+  end
+  calls[1] = c
+elseif #KEYS == 1 then
+  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. #ARGV)
+elseif #KEYS == 0 or #KEYS > MAX_KEYS then
+  return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. #KEYS)
+elseif #ARGV ~= 9 * #KEYS then
+  return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. #KEYS .. ' keys, got ' .. #ARGV)
+else
+  for i = 1, #KEYS do
+    local c, err = parse(9 * (i - 1), 9, true)
+    if not c then
+      return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
+    end
+    calls[i] = c
+  end
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * MICRO + tonumber(time[2])
+local out = {}
+for i = 1, #KEYS do
+  local granted, t, reset, dup = settle(KEYS[i], calls[i], now)
+  if granted == nil then
+    return redis.error_reply(t)
+  end
+  out[#out + 1] = granted
+  out[#out + 1] = t
+  out[#out + 1] = now
+  out[#out + 1] = reset
+  out[#out + 1] = dup
+end
+return out

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,8 +55,14 @@ func TestSettleRejectsArguments(t *testing.T) {
 		argv []string
 		want string // in the error
 	}{
-		{"no key", nil, ok, "want 1 key"},
-		{"two keys", []string{"{a}x", "{a}y"}, ok, "want 1 key"},
+		{"no key", nil, ok, "want 1 to 1000 keys, got 0"},
+		{"two keys, 7 args", []string{"{a}x", "{a}y"}, ok, "want 9 arguments a key for 2 keys, got 7"},
+		{"two keys, 9 args", []string{"{a}x", "{a}y"}, seq("a", "1"), "want 9 arguments a key for 2 keys, got 9"},
+		{"two keys, bad second", []string{"{a}x", "{a}y"}, append(seq("a", "1"), append(with(1, "0"), "", "0")...), "key 2: burst"},
+		{"two keys, bad first", []string{"{a}x", "{a}y"}, append(seq("a", "0"), seq("", "0")...), "key 1: seq 0"},
+		{"two keys, no instance with a seq", []string{"{a}x", "{a}y"}, append(seq("", "0"), seq("", "3")...), "key 2: instance of 0 bytes"},
+		{"1001 keys", slices.Repeat([]string{"{a}x"}, 1001), slices.Repeat(seq("", "0"), 1001), "want 1 to 1000 keys, got 1001"},
+		{"one key, no instance", []string{"k"}, seq("", "0"), "instance of 0 bytes"},
 		{"five args", []string{"k"}, ok[:5], "want 7 arguments"},
 		{"eight args", []string{"k"}, append(with(0, "1"), "1"), "want 7 arguments"},
 		{"ten args", []string{"k"}, append(seq("a", "1"), "1"), "or 9 (then instance, seq), got 10"},

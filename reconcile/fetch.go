@@ -64,13 +64,27 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			if starved, idle := e.X.clearStarved(), e.X.clearIdle(); starved && !idle {
 				tgt = r.resize(e, sp, bal, true)
 			}
-			s.Want = max(tgt, cost) - bal
+			if cost > tgt { // a lease holds a request's cost at least
+				tgt = min((cost+local.Micro-1)/local.Micro*local.Micro, r.maxLease(sp))
+			}
+			e.X.target.Store(uint32(tgt / local.Micro))
+			// What the requests waiting for the key need, if more: they
+			// came while the last fetch was on its way, and this one serves
+			// them all (whole tokens, within the most a lease holds).
+			need := e.X.demand.Load() / local.Micro * local.Micro
+			s.Want = max(min(max(tgt, need), r.maxLease(sp)), cost) - bal
 			s.MinGrant = cost - bal
-			// A grant is what a lost reply would lose: the fetch is
-			// numbered, under a name of the fetches' own (one key's fetches
-			// never overlap, but they may overtake its rounds), and sent
-			// again by the next round if its reply is lost.
-			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+			// A lease beyond the request is what a lost reply would lose:
+			// such a fetch is numbered, under a name of the fetches' own
+			// (one key's fetches never overlap, but they may overtake its
+			// rounds), and sent again by the next round if its reply is
+			// lost. A fetch for the requests alone is not: a lost reply
+			// loses what they would have spent (towards denying), and the
+			// key keeps no record of this instance in Redis: a long tail of
+			// keys each asked now and then costs Redis the bucket alone.
+			if s.Want > s.MinGrant {
+				s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+			}
 		}
 	} else if sp.Mode == Optimistic {
 		// An optimistic key's budget is renewed once its consumption is

@@ -25,14 +25,16 @@ func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64, starved bool) int64 {
 }
 
 // target returns the allowance e keeps in lease mode, in micro-tokens: its
-// last size, or for a key never sized a quarter of its fair share of the
-// burst.
+// last size, or for a key never sized one token. A key's first fetch so
+// reserves what its request needs and nothing more: a key asked a few times
+// a minute, as most per-user keys are, leaves nothing to give back. A key
+// in demand grows its lease from there, doubling at each fetch that finds
+// it run dry (resize).
 func (r *Reconciler) target(e *Entry, sp *Spec) int64 {
 	if t := int64(e.X.target.Load()) * local.Micro; t > 0 {
 		return t
 	}
-	t := sp.Limit.Burst / (4 * r.live.Load())
-	return min(max(t-t%local.Micro, local.Micro), r.maxLease(sp))
+	return local.Micro
 }
 
 // maxLease is the most allowance a key holds, in whole tokens.

@@ -92,7 +92,17 @@ type State struct {
 	// recorded as consumption like any other, so the next settlement
 	// charges that much less.
 	prepaid local.Tokens
+	// demand is what the requests waiting for a lease fetch of the key
+	// need, in micro-tokens (AddDemand): the next fetch asks for that much
+	// at least, so that a key's concurrent first requests are served by
+	// one fetch more, not one each.
+	demand atomic.Int64
 }
+
+// AddDemand adds d micro-tokens to what the requests waiting for a lease
+// fetch of the key need (d < 0 takes it back): a request adds its cost
+// before it waits, and takes it back when it is decided.
+func (s *State) AddDemand(d int64) { s.demand.Add(d) }
 
 // Flags of State.
 const (
