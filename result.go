@@ -3,13 +3,10 @@ package hybrid
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
@@ -162,15 +159,16 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
-	var gr global.Result
-	err := l.r.Do(ctx, e.Key(), func(ctx context.Context) error {
-		var err error
-		gr, err = l.g.Allow(ctx, e.Key(), global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}, cost/local.Micro)
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && isReply(err) && !global.IsRefusal(err) {
-			return breaker.Answered(err) // Redis answered: the connection is fine
+	// One script call, which goes with the other requests that need Redis
+	// now (Reconciler.SettleNow).
+	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
+	s, err := global.Decision(e.Key(), glim, cost/local.Micro)
+	var rep global.Reply
+	if err == nil {
+		if rep, err = l.r.SettleNow(ctx, s); err == nil {
+			err = rep.Err
 		}
-		return err
-	})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, false, ctx.Err()
@@ -178,6 +176,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		l.stats.exactErrors.Add(1)
 		return l.unanswered(err, e, sp, lim, cost), true, nil
 	}
+	gr := global.Outcome(s, glim, rep)
 	now := l.clock.Now()
 	tokens := gr.Remaining * local.Micro
 	if gr.Reset {
@@ -199,13 +198,6 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		seen:       now,
 		clock:      &l.clock,
 	}, true, nil
-}
-
-// isReply reports whether err is an error reply from Redis (such as
-// WRONGTYPE), as opposed to no reply.
-func isReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }
 
 // Reservation is an allowed decision that can be taken back. Create one with

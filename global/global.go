@@ -144,23 +144,41 @@ type Result struct {
 // arguments (ErrInvalidLimit, ErrInvalidCost, ErrInvalidKey, checked before
 // Redis is touched), for Redis failing and for a reply wrapping ErrReply.
 func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
-	m, cost, err := check(key, lim, n)
+	s, err := Decision(key, lim, n)
 	if err != nil {
-		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
+		return Result{}, err
 	}
-	// want == min_grant == cost: all or nothing, with nothing to round.
-	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, 0, 0, cost, cost, 1).Result()
+	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, s.args()...).Result()
 	if errors.Is(err, redis.Nil) {
 		err = fmt.Errorf("%w: got nil, want 5 integers", ErrReply)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
-	r, err := parseReply(v, m.Burst, cost, false)
+	r, err := parseReply(v, s.Limit.Burst, s.Want, false)
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
-	return result(r, m, lim, cost), nil
+	return Outcome(s, lim, r), nil
+}
+
+// Decision returns the Settlement that decides a request for n tokens of
+// key under lim as Allow does, all or nothing, for a caller that sends it
+// with others in one Settle; Outcome reads its Reply. Its errors are
+// Allow's for invalid arguments.
+func Decision(key string, lim Limit, n int64) (Settlement, error) {
+	m, cost, err := check(key, lim, n)
+	if err != nil {
+		return Settlement{}, fmt.Errorf("global: allow %q: %w", key, err)
+	}
+	// want == min_grant == cost: all or nothing, with nothing to round.
+	return Settlement{Key: key, Limit: m, Want: cost, MinGrant: cost, Quantum: 1}, nil
+}
+
+// Outcome returns the Result of Allow for rep, the Reply without an error of
+// s, a Decision under lim.
+func Outcome(s Settlement, lim Limit, rep Reply) Result {
+	return result(rep, s.Limit, lim, s.Want)
 }
 
 // check validates the arguments of Allow.

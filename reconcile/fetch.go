@@ -197,26 +197,19 @@ func (r *Reconciler) fetchDoubt(d doubt) {
 	r.mu.Unlock()
 }
 
-// settleOne settles s alone, now, through the breaker, and counts a
-// failure. s takes nothing out of its entry (it charges and gives back
+// settleOne settles s now, in the batch of its node (SettleNow), and counts
+// a failure. s takes nothing out of its entry (it charges and gives back
 // nothing), so a failure has nothing to put back.
 func (r *Reconciler) settleOne(s global.Settlement) (global.Reply, error) {
-	sets := [1]global.Settlement{s}
-	var replies [1]global.Reply
-	err := r.Do(context.Background(), s.Key, func(ctx context.Context) error {
-		if err := r.st.Settle(ctx, sets[:], replies[:]); err != nil {
-			return err
-		}
-		return refusal(replies[:])
-	})
+	rep, err := r.SettleNow(context.Background(), s)
 	if err == nil {
-		err = replies[0].Err
+		err = rep.Err
 	}
 	if err != nil {
 		r.stats.fetchErrors.Add(1)
 		r.stats.keyErrors.Add(1)
 	}
-	return replies[0], err
+	return rep, err
 }
 
 // Take asks Redis for cost micro-tokens of e's key for one request alone,

@@ -34,6 +34,7 @@ type node struct {
 	br       *breaker.Breaker
 	degraded atomic.Bool  // the breaker is not closed: decide locally
 	openedAt atomic.Int64 // clock reading when the breaker left the closed state
+	batch    batcher      // the settlements requests need now (SettleNow)
 }
 
 // NodeState is the state of the breaker of one Redis node.

@@ -37,6 +37,7 @@ type store struct {
 	recs    map[string][2]int64 // key + " " + instance: the last seq applied and its grant
 	dups    int                 // settlements found to be duplicates
 	seqs    map[string][]int64  // the seqs each key was sent, in order
+	sizes   []int               // the settlements of each Settle call past the gate
 }
 
 func newStore() *store {
@@ -58,6 +59,7 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settles++
+	s.sizes = append(s.sizes, len(batch))
 	if s.fail != nil {
 		for i := range batch {
 			replies[i] = global.Reply{Err: s.fail}

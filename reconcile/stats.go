@@ -22,6 +22,7 @@ type counters struct {
 	doubtsExpired          atomic.Uint64
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
+	batches, batched       atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
 	heard                  atomic.Int64 // live instances the last heartbeat counted
@@ -59,6 +60,8 @@ type Stats struct {
 	Keys            int           // keys tracked
 	Orphans         int           // keys that left the store with dues still to settle, not yet in a round
 	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
+	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
+	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -123,6 +126,8 @@ func (r *Reconciler) Stats() Stats {
 		Keys:            r.keys.Len(),
 		Orphans:         orphans,
 		InFlight:        int(inFlight),
+		Batches:         r.stats.batches.Load(),
+		Batched:         r.stats.batched.Load(),
 		LocalAllowed:    r.stats.localAllowed.Load(),
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),

@@ -1,0 +1,130 @@
+package reconcile
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hybridlimit/hybrid/global"
+)
+
+// batcher coalesces the settlements that requests need from one Redis node
+// now, for whatever keys (lease fetches, takes, exact decisions), into one
+// Settle: one round trip, and on a single Redis one script call for up to
+// 100 keys, which costs Redis about half as much a key as a call each.
+//
+// There is no timer. A request that finds fewer than maxFlights batches on
+// their way sends its own at once, with whatever waits already; the ones
+// that come while the batches are on their way wait and go together in the
+// next, which the first batch back sends. So an idle limiter adds no delay,
+// and a busy one sends a batch a round trip, as large as the requests that
+// came meanwhile (at most maxBatchKeys; more wait for the next).
+type batcher struct {
+	mu      sync.Mutex
+	queue   []*waiter
+	flights int // batches on their way
+}
+
+// maxFlights is how many batches of one node may be on their way at once.
+// One keeps the batches as large as the load makes them; a second lets a
+// request that comes while one is on its way go without waiting for it,
+// unless the load is high enough to fill both.
+const maxFlights = 2
+
+// maxBatchKeys is the most settlements one batch carries: ten script calls
+// on a single Redis.
+const maxBatchKeys = 1000
+
+// waiter is one settlement in a batch and, once the batch is back, its
+// outcome: done receives one value then.
+type waiter struct {
+	s    global.Settlement
+	rep  global.Reply
+	err  error // the batch's own: the breaker refused it, or no reply came
+	done chan struct{}
+}
+
+// SettleNow settles s through the batch of the node that holds s.Key, and
+// returns its reply, or the batch's error (the breaker refused the round
+// trip, no reply came, the Reconciler is closed). It waits no longer than
+// ctx: a caller that gives up leaves the settlement in its batch, applied or
+// not, and gets ctx's error.
+func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+	n := r.def
+	if r.router != nil {
+		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		n = r.nodeOf(lctx, s.Key)
+		cancel()
+	}
+	w := &waiter{s: s, done: make(chan struct{}, 1)}
+	b := &n.batch
+	b.mu.Lock()
+	b.queue = append(b.queue, w)
+	var batch []*waiter
+	if b.flights < maxFlights {
+		b.flights++
+		batch = b.take()
+	}
+	b.mu.Unlock()
+	if batch != nil {
+		r.flush(n, batch)
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return global.Reply{}, ctx.Err() // w stays with its batch
+	}
+	return w.rep, w.err
+}
+
+// take takes the next batch out of the queue. b.mu is held.
+func (b *batcher) take() []*waiter {
+	n := min(len(b.queue), maxBatchKeys)
+	batch := make([]*waiter, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// flush sends batch to node n through its breaker, gives each waiter its
+// outcome, and sends the next batch, if requests came meanwhile, on a
+// goroutine of its own: the caller that sent this one goes back to its
+// request.
+func (r *Reconciler) flush(n *node, batch []*waiter) {
+	sets := make([]global.Settlement, len(batch))
+	replies := make([]global.Reply, len(batch))
+	for i, w := range batch {
+		sets[i] = w.s
+	}
+	r.stats.batches.Add(1)
+	r.stats.batched.Add(uint64(len(batch)))
+	err := r.call(context.Background(), n, func(ctx context.Context) error {
+		if err := r.st.Settle(ctx, sets, replies); err != nil {
+			return err
+		}
+		return refusal(replies)
+	})
+	for i, w := range batch {
+		w.rep, w.err = replies[i], err
+		w.done <- struct{}{}
+	}
+	b := &n.batch
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.flights--
+		b.mu.Unlock()
+		return
+	}
+	next := b.take()
+	b.mu.Unlock()
+	if !r.goOwned(func() { r.flush(n, next) }) { // closed: answer them here
+		for _, w := range next {
+			w.err = ErrClosed
+			w.done <- struct{}{}
+		}
+		b.mu.Lock()
+		b.flights--
+		b.mu.Unlock()
+	}
+}

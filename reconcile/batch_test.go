@@ -1,0 +1,98 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// TestBatch: settlements that requests need at once go together. With the
+// first two on their way (held at the store's gate), 48 more requests for
+// other keys wait and go in one Settle call, sent as soon as the first is
+// back; each gets its own reply. One caller that gives up gets its
+// context's error and leaves the others' decisions alone. An idle
+// Reconciler sends a request's settlement at once, alone.
+func TestBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		gate := make(chan struct{})
+		st.gate = gate
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour})
+		defer r.Close(context.Background())
+		m, _ := global.Limit{Rate: 1, Burst: 10}.Micro()
+		settlement := func(i int) global.Settlement {
+			return global.Settlement{Key: fmt.Sprint("k", i), Limit: m, Want: int64(i%10+1) * M, MinGrant: M, Quantum: M}
+		}
+		const n = 50
+		replies := make([]global.Reply, n)
+		errs := make([]error, n)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				c := context.Background()
+				if i == 7 {
+					c = ctx // the one that gives up
+				}
+				replies[i], errs[i] = r.SettleNow(c, settlement(i))
+			})
+			synctest.Wait() // in order: the first two go at once, the rest wait
+		}
+		st.mu.Lock()
+		entered := st.entered
+		st.mu.Unlock()
+		if entered != 2 {
+			t.Fatalf("%d Settle calls on their way with %d requests waiting, want 2", entered, n)
+		}
+		cancel()
+		synctest.Wait()
+		st.mu.Lock()
+		st.gate = nil
+		st.mu.Unlock()
+		close(gate)
+		wg.Wait()
+		synctest.Wait()
+		st.mu.Lock()
+		sizes := slices.Clone(st.sizes)
+		st.mu.Unlock()
+		if slices.Sort(sizes); !slices.Equal(sizes, []int{1, 1, n - 2}) {
+			t.Errorf("Settle calls of %v settlements, want [1 1 %d]", sizes, n-2)
+		}
+		for i := range n {
+			if i == 7 {
+				if errs[i] != context.Canceled {
+					t.Errorf("request %d, given up: %v, want %v", i, errs[i], context.Canceled)
+				}
+				continue
+			}
+			if want := int64(i%10+1) * M; errs[i] != nil || replies[i].Granted != want || replies[i].Tokens != 10*M-want {
+				t.Errorf("request %d: %+v, %v; want granted %d", i, replies[i], errs[i], want)
+			}
+		}
+		// The one that gave up was settled all the same: in its batch.
+		if got, _ := st.get("k7"); got != 2*M {
+			t.Errorf("k7 holds %d, want %d: applied in its batch", got, 2*M)
+		}
+		if s := r.Stats(); s.Batches != 3 || s.Batched != n {
+			t.Errorf("Stats: %d batches of %d settlements, want 3 of %d", s.Batches, s.Batched, n)
+		}
+
+		// Idle: a request goes at once, alone.
+		if rep, err := r.SettleNow(context.Background(), settlement(100)); err != nil || rep.Granted != M {
+			t.Fatalf("an idle request: %+v, %v", rep, err)
+		}
+		st.mu.Lock()
+		last := st.sizes[len(st.sizes)-1]
+		st.mu.Unlock()
+		if last != 1 {
+			t.Errorf("an idle request went in a Settle of %d", last)
+		}
+	})
+}
