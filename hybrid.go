@@ -208,26 +208,41 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (R
 // decide is AllowN that also returns the entry the decision was made on. e
 // is the key's entry as looked up already, or nil.
 func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (Result, *reconcile.Entry, error) {
-	if e != nil {
-		if sp := e.X.Spec(); sp != nil && sp.Mode != Exact && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
-			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
-				if sp.Mode == Lease {
-					if left < l.r.LowWater(e) {
-						l.r.Starved(e, true) // top it up before it runs dry
-					}
-					return l.allowed(e, sp, lim, left, SourceLocal), e, nil
-				}
-				if e.Pending.Add(n * local.Micro) {
-					return l.allowed(e, sp, lim, left, SourceLocal), e, nil
-				}
-				// The entry left the store between the two: its budget was
-				// spent, the consumption must still be charged.
-				l.r.Orphan(key, sp, n*local.Micro)
-				return l.allowed(e, sp, lim, left, SourceLocal), nil, nil
-			}
-		}
+	if res, e, ok := l.fast(key, lim, n, e); ok {
+		return res, e, nil
 	}
 	return l.slow(ctx, key, lim, n, e)
+}
+
+// fast decides from e's allowance alone, if it holds the tokens: ok is false
+// when the decision needs more (slow). e is the key's entry as looked up
+// already, or nil; the returned entry is the one the decision was made on,
+// nil if it left the store meanwhile.
+func (l *Limiter) fast(key string, lim Limit, n int64, e *reconcile.Entry) (res Result, _ *reconcile.Entry, ok bool) {
+	if e == nil {
+		return Result{}, nil, false
+	}
+	sp := e.X.Spec()
+	if sp == nil || sp.Mode == Exact || !sp.Is(lim.Rate, lim.Burst, lim.Mode) || n < 1 || n > sp.Limit.Burst/local.Micro {
+		return Result{}, nil, false
+	}
+	left, ok := e.Allowance.SpendLeft(n * local.Micro)
+	if !ok {
+		return Result{}, nil, false
+	}
+	if sp.Mode == Lease {
+		if left < l.r.LowWater(e) {
+			l.r.Starved(e, true) // top it up before it runs dry
+		}
+		return l.allowed(e, sp, lim, left, SourceLocal), e, true
+	}
+	if e.Pending.Add(n * local.Micro) {
+		return l.allowed(e, sp, lim, left, SourceLocal), e, true
+	}
+	// The entry left the store between the two: its budget was spent, the
+	// consumption must still be charged.
+	l.r.Orphan(key, sp, n*local.Micro)
+	return l.allowed(e, sp, lim, left, SourceLocal), nil, true
 }
 
 // slow is the path of a key without enough allowance, a new key, a changed
@@ -297,31 +312,9 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		return l.optimistic(ctx, e, sp, lim, cost)
 	}
 	now := l.clock.Now()
-	v := e.View()
-	fresh := v.Seen != 0 && v.Age(now) <= 2*l.r.SyncInterval()
-	if fresh {
-		// The fleet's bucket, as last seen and refilled since, cannot yet
-		// hold what a fetch would need (cost less the lease, or for a
-		// saturated key a little more: see due): deny here, until then.
-		held := e.Allowance.Load()
-		if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > 0 {
-			l.r.Starved(e, false)
-			return l.deniedHere(sp, lim, wait, v, held, now), true, nil
-		}
-		if l.r.Fetching(e) && l.r.Refill(sp, l.r.SyncInterval()) <= sp.Limit.Burst &&
-			v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Instances()*l.r.LeaseSize(e, sp)+cost {
-			// A fetch is on its way, and the fleet's fetches may take all
-			// the bucket holds (a lease each): one
-			// request waits for it, the others are told to retry when it is
-			// back, a round trip from now, rather than queue behind it (a
-			// hot key's callers would wait on round trips instead of being
-			// answered here). Not for a key whose burst is below an
-			// interval's refill: its callers wait, blocked, so that the
-			// fetch's reply is not kept from a core by their denials while
-			// the bucket, full, refills nothing.
-			l.r.Starved(e, false)
-			return l.deniedHere(sp, lim, 2*l.r.Lead(), v, held, now), true, nil
-		}
+	fresh, res, denied := l.heldBack(e, sp, lim, cost, now)
+	if denied {
+		return res, true, nil
 	}
 	// Lease, and Redis may have tokens: fetch them. A fetch is shared with
 	// the concurrent requests for the key; while Redis still has tokens
@@ -376,6 +369,40 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	l.stats.redisDenied.Add(1)
 	held, v := e.Allowance.Load(), e.View()
 	return l.denied(sp, lim, untilHolds(sp, v, cost-held, l.clock.Now()), v, held, SourceRedis), true, nil
+}
+
+// heldBack decides a lease request of cost micro-tokens for e, which holds
+// too little allowance for it, from e's view of the global bucket, when the
+// view is fresh (at most two intervals old): denied is true when the request
+// is denied here, without a round trip, and res is the denial. fresh reports
+// whether the view was.
+func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, now time.Duration) (fresh bool, res Result, denied bool) {
+	v := e.View()
+	if v.Seen == 0 || v.Age(now) > 2*l.r.SyncInterval() {
+		return false, Result{}, false
+	}
+	// The fleet's bucket, as last seen and refilled since, cannot yet hold
+	// what a fetch would need (cost less the lease, or for a saturated key
+	// a little more: see due): deny here, until then.
+	held := e.Allowance.Load()
+	if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > 0 {
+		l.r.Starved(e, false)
+		return true, l.deniedHere(sp, lim, wait, v, held, now), true
+	}
+	if l.r.Fetching(e) && l.r.Refill(sp, l.r.SyncInterval()) <= sp.Limit.Burst &&
+		v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Instances()*l.r.LeaseSize(e, sp)+cost {
+		// A fetch is on its way, and the fleet's fetches may take all the
+		// bucket holds (a lease each): one request waits for it, the others
+		// are told to retry when it is back, a round trip from now, rather
+		// than queue behind it (a hot key's callers would wait on round
+		// trips instead of being answered here). Not for a key whose burst
+		// is below an interval's refill: its callers wait, blocked, so that
+		// the fetch's reply is not kept from a core by their denials while
+		// the bucket, full, refills nothing.
+		l.r.Starved(e, false)
+		return true, l.deniedHere(sp, lim, 2*l.r.Lead(), v, held, now), true
+	}
+	return true, Result{}, false
 }
 
 // due returns the micro-tokens that the global bucket of e must hold, as
