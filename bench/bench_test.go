@@ -219,6 +219,10 @@ func TestRunRejects(t *testing.T) {
 		{"negative demand", Scenario{Demand: -1}, Lease, ErrScenario},
 		{"cost above burst", Scenario{Burst: 10, Cost: 11}, Lease, ErrScenario},
 		{"rate too high", Scenario{Rate: 2e9}, Lease, ErrScenario},
+		{"redis_rate_ap on miniredis", Scenario{}, RedisRateAP, ErrNeedsRedis},
+		{"negative passes", Scenario{Passes: -1}, Lease, ErrScenario},
+		{"outage in a long tail", Scenario{Passes: 2, Outage: Outage{At: time.Second, For: time.Second}}, Lease, ErrScenario},
+		{"too many asks", Scenario{Keys: 1e6, Passes: 1000}, Lease, ErrScenario},
 	}
 	for _, tt := range tests {
 		if _, err := Run(context.Background(), target, tt.sc, tt.mode, nil); !errors.Is(err, tt.want) {
@@ -240,6 +244,14 @@ func TestScenarioDefaults(t *testing.T) {
 	}
 	if got, want := (Scenario{}).String(), "8 instances x 4 workers, 1 hot key, demand 4x (4000 req/s), R=1000/s B=1000 cost 1, 10s"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
+	}
+	// A long tail is a closed loop, bounded by 10 minutes unless told.
+	tail := Scenario{Keys: 50000, Passes: 3, Instances: 4, Workers: 8, Rate: 0.1667, Burst: 20}
+	if got, want := tail.String(), "4 instances x 8 workers, long tail: 50000 keys x 3 passes (150000 asks, closed loop), R=0.1667/s B=20 cost 1, at most 10m0s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if sc, err := tail.withDefaults(); err != nil || !sc.Closed || sc.Duration != 10*time.Minute {
+		t.Errorf("withDefaults() = Closed %v, Duration %v, %v; want a closed loop of at most 10m", sc.Closed, sc.Duration, err)
 	}
 }
 

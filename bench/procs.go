@@ -13,10 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/hybridlimit/hybrid"
 )
 
 // A fleet of separate processes. RunProcs starts its own executable again,
@@ -26,15 +22,13 @@ import (
 //
 //	parent → shard, on its stdin:  the job as JSON; "start <unix ns>";
 //	                               "down <ns>" and "up <ns>" (an outage,
-//	                               since the start); EOF: stop early
+//	                               since the start); "close" (a long tail:
+//	                               the parent has read Redis's figures,
+//	                               the limiters may close); EOF: stop early
 //	shard → parent, on its stdout: "ready"; "progress <JSON>" once a second;
 //	                               "done" when its workers are; "result <JSON>"
 //
 // Everything else a shard prints goes to stderr, which is the parent's.
-
-// ShardEnv is the environment variable that makes a process a shard of
-// RunProcs: IsShard reports it, ServeShard serves it.
-const ShardEnv = "HYBRIDBENCH_SHARD"
 
 // readyWait bounds the wait for the shards to start, connect and count
 // each other.
@@ -48,192 +42,6 @@ const startLead = 200 * time.Millisecond
 // more than a round trip on loopback, so that T begins before the first
 // arrival.
 const t0Lead = 5 * time.Millisecond
-
-// shardJob is what a shard runs: instances [Lo, Hi) of the fleet.
-type shardJob struct {
-	Kind     targetKind    `json:"kind"`
-	Addrs    []string      `json:"addrs"`
-	Scenario shardScenario `json:"scenario"`
-	Mode     string        `json:"mode"`
-	Prefix   string        `json:"prefix"`
-	Lo       int           `json:"lo"`
-	Hi       int           `json:"hi"`
-}
-
-// shardScenario is a Scenario as a shard receives it: the fields of
-// Scenario.Config that RunProcs passes on, the others being defaults.
-type shardScenario struct {
-	Instances     int           `json:"instances"`
-	Duration      time.Duration `json:"duration"`
-	Keys          int           `json:"keys"`
-	Dist          string        `json:"dist"`
-	ZipfS         float64       `json:"zipf_s"`
-	Demand        float64       `json:"demand"`
-	Rate          float64       `json:"rate"`
-	Burst         int64         `json:"burst"`
-	Cost          int64         `json:"cost"`
-	Workers       int           `json:"workers"`
-	Seed          uint64        `json:"seed"`
-	Closed        bool          `json:"closed"`
-	OutageAt      time.Duration `json:"outage_at"`
-	OutageFor     time.Duration `json:"outage_for"`
-	SyncInterval  time.Duration `json:"sync_interval"`
-	LocalCapacity int64         `json:"local_capacity"`
-	MaxKeys       int           `json:"max_keys"`
-	ColdWait      time.Duration `json:"cold_wait"`
-	Fleet         int           `json:"fleet"`
-	CallTimeout   time.Duration `json:"call_timeout"`
-}
-
-func toShard(sc Scenario) shardScenario {
-	return shardScenario{
-		Instances: sc.Instances, Duration: sc.Duration, Keys: sc.Keys, Dist: sc.Dist, ZipfS: sc.ZipfS,
-		Demand: sc.Demand, Rate: sc.Rate, Burst: sc.Burst, Cost: sc.Cost, Workers: sc.Workers,
-		Seed: sc.Seed, Closed: sc.Closed, OutageAt: sc.Outage.At, OutageFor: sc.Outage.For,
-		SyncInterval: sc.Config.SyncInterval, LocalCapacity: sc.Config.LocalCapacity,
-		MaxKeys: sc.Config.MaxKeys, ColdWait: sc.Config.ColdWait, Fleet: sc.Config.Instances,
-		CallTimeout: sc.Config.Breaker.CallTimeout,
-	}
-}
-
-func (s shardScenario) scenario() Scenario {
-	sc := Scenario{
-		Instances: s.Instances, Duration: s.Duration, Keys: s.Keys, Dist: s.Dist, ZipfS: s.ZipfS,
-		Demand: s.Demand, Rate: s.Rate, Burst: s.Burst, Cost: s.Cost, Workers: s.Workers,
-		Seed: s.Seed, Closed: s.Closed, Outage: Outage{At: s.OutageAt, For: s.OutageFor},
-	}
-	sc.Config = hybrid.Config{
-		SyncInterval: s.SyncInterval, LocalCapacity: s.LocalCapacity, MaxKeys: s.MaxKeys,
-		ColdWait: s.ColdWait, Instances: s.Fleet,
-	}
-	sc.Config.Breaker.CallTimeout = s.CallTimeout
-	return sc
-}
-
-// shardResult is what a shard sends back at the end.
-type shardResult struct {
-	Tally      tally         `json:"tally"`
-	Timeline   []Sample      `json:"timeline"`
-	Elapsed    time.Duration `json:"elapsed"`
-	CloseError string        `json:"close_error,omitempty"`
-}
-
-// IsShard reports whether this process was started by RunProcs as a shard
-// of a fleet.
-func IsShard() bool { return os.Getenv(ShardEnv) != "" }
-
-// ServeShard runs this process as a shard of a RunProcs fleet, on the job
-// read from stdin, and returns the exit code. Call it first thing in main
-// when IsShard is true.
-func ServeShard() int {
-	redis.SetLogger(quietLogger{}) // refused dials during an outage
-	if err := serveShard(os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "bench shard:", err)
-		return 1
-	}
-	return 0
-}
-
-// quietLogger drops go-redis's own log lines.
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
-func serveShard(in io.Reader, out io.Writer) error {
-	lines := bufio.NewScanner(in)
-	lines.Buffer(make([]byte, 64<<10), 16<<20)
-	if !lines.Scan() {
-		return fmt.Errorf("no job: %v", lines.Err())
-	}
-	var job shardJob
-	if err := json.Unmarshal(lines.Bytes(), &job); err != nil {
-		return fmt.Errorf("job: %w", err)
-	}
-	sc, err := job.Scenario.scenario().withDefaults()
-	if err != nil {
-		return err
-	}
-	t, err := open(&Target{kind: job.Kind, addrs: job.Addrs})
-	if err != nil {
-		return err
-	}
-	defer t.Close()
-
-	var mu sync.Mutex // serializes the lines written to out
-	send := func(kind string, v any) error {
-		line := kind
-		if v != nil {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return err
-			}
-			line += " " + string(b)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		_, err := io.WriteString(out, line+"\n")
-		return err
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r := newRunRange(t, sc, job.Mode, job.Prefix, job.Lo, job.Hi)
-	defer r.close()
-	if err := r.start(ctx); err != nil {
-		return err
-	}
-	if err := send("ready", nil); err != nil {
-		return err
-	}
-	if !lines.Scan() {
-		return fmt.Errorf("no start: %v", lines.Err())
-	}
-	ns, ok := strings.CutPrefix(lines.Text(), "start ")
-	if !ok {
-		return fmt.Errorf("want a start line, got %q", lines.Text())
-	}
-	at, err := strconv.ParseInt(ns, 10, 64)
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	start := time.Unix(0, at)
-	// The rest of stdin: the outage's moments, then EOF.
-	go func() {
-		for lines.Scan() {
-			kind, v, _ := strings.Cut(lines.Text(), " ")
-			d, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				continue
-			}
-			switch kind {
-			case "down":
-				r.downAt.Store(d)
-			case "up":
-				r.backAt.Store(d)
-			}
-		}
-		cancel() // the parent is gone or stopping us
-	}()
-
-	heapBefore := heapAlloc()
-	cmdsBefore := r.commands()
-	if wait := time.Until(start); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	timeline, elapsed := r.drive(ctx, start, func(p Progress) { send("progress", p) })
-	if err := send("done", nil); err != nil {
-		return err
-	}
-	res := shardResult{Tally: r.tally(heapBefore, cmdsBefore), Timeline: timeline, Elapsed: elapsed}
-	if errs := r.close(); len(errs) > 0 {
-		res.CloseError = errors.Join(errs...).Error()
-	}
-	return send("result", res)
-}
 
 // shard is the parent's handle on one shard process.
 type shard struct {
@@ -302,23 +110,23 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 	if procs < 1 || procs > sc.Instances {
 		return Report{}, fmt.Errorf("%w: %d processes for %d instances", ErrScenario, procs, sc.Instances)
 	}
-	switch mode {
-	case Lease, Optimistic, Exact, Local:
-	case RedisRate:
-		if !t.Real() {
-			return Report{}, ErrNeedsRedis
-		}
-	default:
-		return Report{}, fmt.Errorf("%w %q", ErrMode, mode)
+	if err := checkMode(t, mode); err != nil {
+		return Report{}, err
 	}
 	if sc.Outage.For > 0 && !t.Owned() {
 		return Report{}, fmt.Errorf("%w: %s", ErrNotOwned, t)
+	}
+	if sc.Passes > 0 {
+		if err := t.emptyForTail(ctx); err != nil {
+			return Report{}, err
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return Report{}, fmt.Errorf("bench: %w", err)
 	}
 	r := newRunRange(t, sc, mode, t.prefix(mode), 0, 0)
+	r.redisEmpty(ctx)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,6 +139,9 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 			s.stdin.Close() // a shard still running stops
 		}
 		wg.Wait()
+		if sc.Passes > 0 {
+			t.cleanTail(context.WithoutCancel(ctx), r.prefix)
+		}
 	}()
 	for i := range procs {
 		lo, hi := i*sc.Instances/procs, (i+1)*sc.Instances/procs
@@ -388,6 +199,7 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 		return Report{}, err
 	}
 
+	r.redisBefore(ctx)
 	start := time.Now().Add(startLead)
 	for _, s := range shards {
 		s.tell("start " + strconv.FormatInt(start.UnixNano(), 10))
@@ -437,7 +249,7 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 					p.Rate += q.Rate
 					p.Elapsed = max(p.Elapsed, q.Elapsed)
 				}
-				p.Mode, p.Duration = mode, sc.Duration
+				p.Mode, p.Duration, p.Asks = mode, sc.Duration, sc.asks()
 				progress(p)
 			}
 		})
@@ -450,12 +262,19 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 		return Report{}, errors.Join(werr, outErr)
 	}
 	t1, terr := t.now(context.WithoutCancel(ctx))
+	if sc.Passes > 0 {
+		r.redisLast(context.WithoutCancel(ctx))
+		for _, s := range shards {
+			s.tell("close")
+		}
+	}
 
 	var (
 		total    tally
 		timeline []Sample
 		elapsed  time.Duration
 		closeErr []string
+		cmds     int64 // until the limiters had closed
 	)
 	for i, s := range shards {
 		select {
@@ -468,6 +287,7 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 			return Report{}, fmt.Errorf("bench: shard %d ended without a result: %v", i, s.cmd.ProcessState)
 		}
 		total.add(&res.Tally)
+		cmds += res.Commands
 		timeline = mergeTimelines(timeline, res.Timeline)
 		elapsed = max(elapsed, res.Elapsed)
 		if res.CloseError != "" {
@@ -475,6 +295,10 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 		}
 	}
 	rep := r.build(total, t1.Sub(t0), elapsed, timeline)
+	r.longTail(&rep, total)
+	// Every shard has ended, its limiters closed, as in Run.
+	r.tailCommands(&rep, cmds)
+	r.tailRedis(context.WithoutCancel(ctx), &rep)
 	rep.Procs = procs
 	if len(closeErr) > 0 {
 		rep.CloseError = strings.Join(closeErr, "; ")

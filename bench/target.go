@@ -39,6 +39,7 @@ type Target struct {
 	proc  *redistest.Proc        // kindSpawned: owned
 	clust *redistest.ClusterProc // kindCluster, if spawned: owned
 	clock redis.UniversalClient
+	own   nameCounter   // the clock client's commands: the bench's own
 	runs  atomic.Uint64 // runs started, for key prefixes
 
 	outMu sync.Mutex // serializes down and up
@@ -108,7 +109,7 @@ func SpawnCluster() (*Target, error) {
 // open connects t's clock client and checks that Redis answers. On failure
 // it stops what t owns.
 func open(t *Target) (*Target, error) {
-	t.clock = t.client(nil)
+	t.clock = t.client(&t.own)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := t.clock.Ping(ctx).Err(); err != nil {

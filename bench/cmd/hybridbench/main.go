@@ -52,6 +52,17 @@
 // -procs N runs the instances in N separate processes of this command,
 // coordinated through Redis alone, as a fleet of services is; this process
 // owns the Redis, measures the window and adds up what the others counted.
+//
+// -passes N makes the run a long tail, as of per-user limits: a closed loop
+// in which every one of the -keys keys is asked exactly N times, spread
+// over the fleet, and that ends when the last ask is answered (-duration
+// then only bounds it, 10m unless given). On a single real Redis it also
+// reads what each mode cost the server (INFO commandstats, memory and cpu,
+// DBSIZE) and prints a table of its own, with each mode's decisions per
+// second and Redis time per decision as ratios to redis_rate's:
+//
+//	go run ./bench/cmd/hybridbench -spawn-redis -q -passes 3 -keys 50000 -instances 4 -workers 8 \
+//		-rate 0.1667 -burst 20 -modes lease,optimistic,exact,redis_rate,redis_rate_ap
 package main
 
 import (
@@ -86,7 +97,7 @@ func run() error {
 	var err error
 	var (
 		sc      bench.Scenario
-		modes   = flag.String("modes", "", "comma-separated modes: lease, optimistic, exact, local, redis_rate (default lease,optimistic,exact,local, and redis_rate on a real Redis)")
+		modes   = flag.String("modes", "", "comma-separated modes: lease, optimistic, exact, local, redis_rate, redis_rate_ap (default lease,optimistic,exact,local, and redis_rate on a real Redis)")
 		addr    = flag.String("redis", "", "use the Redis at this loopback `address`")
 		cluster = flag.String("cluster", "", "use the Redis Cluster with these comma-separated loopback `addresses`")
 		spawn   = flag.Bool("spawn-redis", false, "start a redis-server from PATH on a free loopback port, and stop it at the end")
@@ -107,6 +118,7 @@ func run() error {
 	flag.Float64Var(&sc.ZipfS, "zipf", 1.1, "Zipf exponent s > 1, with -dist zipf")
 	flag.Float64Var(&sc.Demand, "demand", 4, "load as a multiple of the sum of the keys' limits")
 	flag.BoolVar(&sc.Closed, "closed", false, "closed loop: each worker asks again as soon as answered (the fleet's most decisions per second); -demand is ignored")
+	flag.IntVar(&sc.Passes, "passes", 0, "a long tail: ask every key exactly this many times over the run, in a closed loop, and end when done (-duration is then a bound, 10m unless given); 0: off")
 	flag.Float64Var(&sc.Rate, "rate", 1000, "each key's limit, tokens per second")
 	flag.Int64Var(&sc.Burst, "burst", 1000, "each key's burst, tokens")
 	flag.Int64Var(&sc.Cost, "cost", 1, "tokens per request")
@@ -121,6 +133,16 @@ func run() error {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if sc.Passes > 0 {
+		if *outage != "" {
+			return errors.New("-outage and -passes exclude each other")
+		}
+		given := false
+		flag.Visit(func(f *flag.Flag) { given = given || f.Name == "duration" })
+		if !given {
+			sc.Duration = 0 // the long tail's bound, 10m
+		}
 	}
 	if sc.Outage, err = bench.ParseOutage(*outage); err != nil {
 		return fmt.Errorf("-outage: %w", err)
@@ -158,9 +180,9 @@ func run() error {
 	for _, m := range list {
 		switch m {
 		case bench.Lease, bench.Optimistic, bench.Exact, bench.Local:
-		case bench.RedisRate:
+		case bench.RedisRate, bench.RedisRateAP:
 			if !target.Real() {
-				return errors.New("redis_rate needs a real Redis: -redis, -cluster or -spawn-redis")
+				return fmt.Errorf("%s needs a real Redis: -redis, -cluster or -spawn-redis", m)
 			}
 		default:
 			return fmt.Errorf("unknown mode %q", m)
@@ -201,7 +223,14 @@ func run() error {
 		}
 		reports = append(reports, rep)
 	}
-	if len(reports) > 0 {
+	switch {
+	case len(reports) == 0:
+	case sc.Passes > 0:
+		bench.Compare(reports, bench.RedisRate)
+		if err := bench.WriteLongTail(os.Stdout, reports); err != nil {
+			return err
+		}
+	default:
 		if err := bench.WriteTable(os.Stdout, reports); err != nil {
 			return err
 		}
@@ -269,6 +298,10 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 func printProgress(p bench.Progress) {
 	line := fmt.Sprintf("%-10s %4.0fs/%.0fs  %8.0f decisions/s  %d decisions, %d admitted",
 		p.Mode, p.Elapsed.Seconds(), p.Duration.Seconds(), p.Rate, p.Decisions, p.Admitted)
+	if p.Asks > 0 {
+		line = fmt.Sprintf("%-13s %4.0fs  %8.0f decisions/s  %d of %d asks, %d admitted",
+			p.Mode, p.Elapsed.Seconds(), p.Rate, p.Decisions, p.Asks, p.Admitted)
+	}
 	if p.Errors > 0 {
 		line += fmt.Sprintf(", %d errors", p.Errors)
 	}
