@@ -365,11 +365,12 @@ func TestPrefixBraces(t *testing.T) {
 // limiterCommands returns the commands the limiter needs permission for:
 // EVALSHA and EVAL (go-redis sends a script by hash, and by source when
 // Redis does not have it cached), and every command the scripts call,
-// read from their sources.
+// read from their sources (redis.call, redis.pcall, or the locals rcall and
+// rpcall that settle.lua keeps them in).
 func limiterCommands(t *testing.T) []string {
 	t.Helper()
 	cmds := []string{"evalsha", "eval"}
-	re := regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'`)
+	re := regexp.MustCompile(`(?:redis\.p?call|\brp?call)\(\s*'([A-Za-z]+)'`)
 	for _, src := range []string{lua.Settle, lua.Heartbeat} {
 		for _, m := range re.FindAllStringSubmatch(src, -1) {
 			if c := strings.ToLower(m[1]); !slices.Contains(cmds, c) {

@@ -57,7 +57,9 @@
 -- One step for each key in turn, with now from one Redis TIME for all:
 --   0. read t, ts, p and the record q:<instance> (one HMGET); a missing key
 --      is {burst, now} with no records, and so is a key that cannot be
---      read, which is deleted first (reset)
+--      read, which is deleted first (reset); a hash of none of those
+--      fields reads as missing, and is deleted and written again after
+--      step 5 (reset), when HLEN shows fields besides those written
 --   1. refill: t = min(burst, t + floor(elapsed_us * rate / 1e6)); a clock
 --      that went back (failover) refills nothing and ts never moves back
 --   *. a duplicate (below) stops here: it writes nothing and replies the
@@ -68,7 +70,8 @@
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
 --   5. write t and ts, and with a seq the record
---      q:<instance> = "<seq> <granted> <now>", in one HSET; prune (below);
+--      q:<instance> = "<seq> <granted> <now>", in one HSET; with a record,
+--      prune (below);
 --      set a TTL that ends when the bucket is full again:
 --      ceil((burst - t) * 1000 / rate) ms, at least 1 s, at most 2^43 ms
 --      (which keeps it valid on Redis and on miniredis, whose TTLs are
@@ -92,7 +95,8 @@
 -- grant, which errs towards denying; what it returns is capped away.
 --
 -- Pruning, so that a hot key that never expires does not collect the
--- records of instances long gone. After the HSET of step 5, if HLEN is
+-- records of instances long gone. After the HSET of step 5 of a call with a
+-- seq (the only calls that add fields), if HLEN is
 -- above max(2 * p, 64) (or below p, which no prune leaves), every q: record
 -- whose now_us is more than 10 minutes before now, or that is unreadable,
 -- is deleted, and p is set to the number of fields left (p included):
@@ -128,44 +132,61 @@ local PRUNE_AGE_US = 600000000       -- 10 minutes
 local PRUNE_MIN = 64                 -- fields
 local HDEL_CHUNK = 1000              -- fields per HDEL, well inside unpack's limit
 
--- parse reads and checks the n arguments (7 or 9) of one key that start
--- after ARGV[base], as the header says. It returns the call, or nil and
--- what is wrong. With 9, instance "" and seq 0 are no de-duplication only
--- if empty is true (a call of many keys).
+-- Locals for the library functions a step calls: a global lookup for each
+-- use costs more than the arithmetic, a thousand keys a call.
+local floor, ceil, fmod, mmin, mmax = math.floor, math.ceil, math.fmod, math.min, math.max
+local format, find, match, sub = string.format, string.find, string.match, string.sub
+local tonumber, tostring, unpack = tonumber, tostring, unpack
+local rcall, rpcall = redis.call, redis.pcall
+
+-- check reads and checks the n arguments (7 or 9) of one key that start
+-- after ARGV[base], as the header says, and stores them in A from
+-- A[base + 1]: the seven numbers, then the instance and seq, or false and
+-- false for none. It returns what is wrong, or nil. With 9, instance "" and
+-- seq 0 are no de-duplication only if empty is true (a call of many keys).
 local NAMES = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
-local function parse(base, n, empty)
-  local c = {}
+local LO = {1, 1, 0, 0, 0, 0, 1}
+local HI = {MAX_LIMIT, MAX_LIMIT, MAX_AMOUNT, MAX_AMOUNT, MAX_AMOUNT, MAX_AMOUNT, MAX_LIMIT}
+local A = {}
+local nowString -- now, formatted once for every key's ts
+-- Numbers read already, by bounds (LO[i] 1: limits; 0: amounts): the keys of
+-- one call share most of their arguments (a limit, a cost, zeros), and a
+-- table lookup of a string costs less than tonumber.
+local seen = {[0] = {}, [1] = {}}
+local function check(base, n, empty)
   for i = 1, 7 do
-    local lo, hi = 0, MAX_AMOUNT
-    if i <= 2 or i == 7 then
-      lo, hi = 1, MAX_LIMIT
-    end
     local a = ARGV[base + i]
-    local v = tonumber(a)
-    if v == nil or v ~= v or v < lo or v > hi or v ~= math.floor(v) then
-      return nil, NAMES[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
-        string.format('%.0f', lo) .. ', ' .. string.format('%.0f', hi) .. ']'
+    local known = seen[LO[i]]
+    local v = known[a]
+    if v == nil then
+      v = tonumber(a)
+      if v == nil or v ~= v or v < LO[i] or v > HI[i] or v ~= floor(v) then
+        return NAMES[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
+          format('%.0f', LO[i]) .. ', ' .. format('%.0f', HI[i]) .. ']'
+      end
+      known[a] = v
     end
-    c[NAMES[i]] = v
+    A[base + i] = v
   end
+  A[base + 8], A[base + 9] = false, false
   if n < 9 then
-    return c
+    return nil
   end
   local instance, seq = ARGV[base + 8], ARGV[base + 9]
   if empty and instance == '' and seq == '0' then
-    return c
+    return nil
   end
-  if #instance < 1 or #instance > MAX_INSTANCE or not string.find(instance, '^[0-9A-Za-z_.%-]+$') then
-    return nil, 'instance of ' .. #instance .. ' bytes is not 1 to ' .. MAX_INSTANCE ..
+  if #instance < 1 or #instance > MAX_INSTANCE or not find(instance, '^[0-9A-Za-z_.%-]+$') then
+    return 'instance of ' .. #instance .. ' bytes is not 1 to ' .. MAX_INSTANCE ..
       ' bytes of [0-9A-Za-z_.-]'
   end
-  local s = tonumber(seq)
-  if s == nil or s ~= s or s < 1 or s > MAX_AMOUNT or s ~= math.floor(s) then
-    return nil, 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
-      string.format('%.0f', MAX_AMOUNT) .. ']'
+  local v = tonumber(seq)
+  if v == nil or v ~= v or v < 1 or v > MAX_AMOUNT or v ~= floor(v) then
+    return 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
+      format('%.0f', MAX_AMOUNT) .. ']'
   end
-  c.instance, c.seq = instance, s
-  return c
+  A[base + 8], A[base + 9] = instance, v
+  return nil
 end
 
 -- record parses a q: record "<seq> <granted> <now_us>"; nil if unreadable.
@@ -173,7 +194,7 @@ local function record(v)
   if not v then
     return nil
   end
-  local s, g, n = string.match(v, '^(%d+) (%d+) (%d+)$')
+  local s, g, n = match(v, '^(%d+) (%d+) (%d+)$')
   s, g, n = tonumber(s), tonumber(g), tonumber(n)
   if s == nil or g == nil or n == nil or s < 1 or s > MAX_AMOUNT or
       g > MAX_AMOUNT or n > MAX_AMOUNT then
@@ -182,47 +203,55 @@ local function record(v)
   return {seq = s, granted = g, now = n}
 end
 
--- settle applies one call c (see parse) to key at Redis time now, and
--- returns granted, tokens, reset and dup, or nil and an error.
-local function settle(key, c, now)
+-- settle applies the call whose arguments check stored from A[base + 1] to
+-- key at Redis time now, and returns granted, tokens, reset and dup, or nil
+-- and an error.
+local function settle(key, base, now)
   local rate, burst, consumed, returned, want, min_grant, quantum =
-    c.rate, c.burst, c.consumed, c.returned, c.want, c.min_grant, c.quantum
-  local instance, seq = c.instance, c.seq
+    A[base + 1], A[base + 2], A[base + 3], A[base + 4], A[base + 5], A[base + 6], A[base + 7]
+  local instance, seq = A[base + 8], A[base + 9]
+  if not instance then
+    instance, seq = nil, nil
+  end
 
   -- 0. The state. Anything unreadable is replaced by a full bucket rather
   -- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
   -- and a hash whose t and ts are not the script's. pcall, so that WRONGTYPE
   -- is seen here; any other error is passed on.
   local reset = 0
+  local missing = false -- or a hash of fields other than those read
   local t, ts
   local p, rec = 0, nil
   local rfield = instance and ('q:' .. instance)
   local state
   if rfield then
-    state = redis.pcall('HMGET', key, 't', 'ts', 'p', rfield)
+    state = rpcall('HMGET', key, 't', 'ts', 'p', rfield)
   else
-    state = redis.pcall('HMGET', key, 't', 'ts', 'p')
+    state = rpcall('HMGET', key, 't', 'ts', 'p')
   end
   if state.err then
-    if not string.find(state.err, 'WRONGTYPE', 1, true) then
+    if not find(state.err, 'WRONGTYPE', 1, true) then
       return nil, state.err
     end
     reset = 1
   else
     t, ts = tonumber(state[1]), tonumber(state[2])
-    if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= math.floor(t) or
-        ts ~= math.floor(ts) or ts < 0 or ts > MAX_AMOUNT then
+    if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= floor(t) or
+        ts ~= floor(ts) or ts < 0 or ts > MAX_AMOUNT then
       -- Missing (a full bucket, not a reset) unless the hash exists with
       -- other fields (records, p, anything), or with a field that is there
-      -- but unreadable.
-      if state[1] or state[2] or state[3] or state[4] or redis.call('EXISTS', key) == 1 then
+      -- but unreadable. Fields other than those read are told by the
+      -- write: the key is missing if it then holds what was written alone.
+      if state[1] or state[2] or state[3] or state[4] then
         reset = 1
+      else
+        missing = true
       end
       t, ts = nil, nil
     else
       -- Only a readable bucket keeps its records and p.
       local n = tonumber(state[3])
-      if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == math.floor(n) then
+      if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == floor(n) then
         p = n
       end
       if rfield then
@@ -232,7 +261,7 @@ local function settle(key, c, now)
   end
   if t == nil then
     if reset == 1 then
-      redis.call('DEL', key)
+      rcall('DEL', key)
     end
     t, ts = burst, now
   end
@@ -253,7 +282,7 @@ local function settle(key, c, now)
     local deficit = burst - t
     if deficit > 0 then
       local e = now - ts
-      local es = math.floor(e / MICRO)
+      local es = floor(e / MICRO)
       local eu = e - es * MICRO
       if eu < 0 then
         es, eu = es - 1, eu + MICRO
@@ -262,9 +291,9 @@ local function settle(key, c, now)
       end
       local add = es * rate
       if add < deficit then
-        local rq = math.floor(rate / MICRO)
+        local rq = floor(rate / MICRO)
         local rr = rate - rq * MICRO
-        add = add + eu * rq + math.floor(eu * rr / MICRO)
+        add = add + eu * rq + floor(eu * rr / MICRO)
       end
       if add >= deficit then
         t = burst
@@ -298,12 +327,12 @@ local function settle(key, c, now)
   end
 
   -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
-  -- math.fmod of two doubles is exact, and granted >= 0.
+  -- fmod of two doubles is exact, and granted >= 0.
   local granted = 0
   if t > 0 then
-    granted = math.min(want, t)
+    granted = mmin(want, t)
   end
-  granted = granted - math.fmod(granted, quantum)
+  granted = granted - fmod(granted, quantum)
   if granted < min_grant then
     granted = 0
   end
@@ -314,23 +343,46 @@ local function settle(key, c, now)
   -- the ceiling when the numerator is below 2^53; above, one more ms keeps the
   -- key from expiring (and so reading as full) too early.
   local num = (burst - t) * 1000
-  local ttl = math.ceil(num / rate)
+  local ttl = ceil(num / rate)
   if num >= EXACT then
     ttl = ttl + 1
   end
   if ts > now then
-    ttl = ttl + math.ceil((ts - now) / 1000)
+    ttl = ttl + ceil((ts - now) / 1000)
   end
   if ttl < 1000 then
     ttl = 1000
   elseif ttl > MAX_TTL_MS then
     ttl = MAX_TTL_MS
   end
+  local st, sts = format('%.0f', t), nowString
+  if ts ~= now then
+    sts = format('%.0f', ts)
+  end
+  local written = 2
   if rfield then
-    redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts),
-      rfield, string.format('%.0f %.0f %.0f', seq, granted, now))
+    rcall('HSET', key, 't', st, 'ts', sts, rfield, format('%.0f %.0f %.0f', seq, granted, now))
+    written = 3
   else
-    redis.call('HSET', key, 't', string.format('%.0f', t), 'ts', string.format('%.0f', ts))
+    rcall('HSET', key, 't', st, 'ts', sts)
+  end
+  -- A call without a record adds no field to a readable bucket: the hash is
+  -- counted only after a record, or for a key that read as missing.
+  local fields = written
+  if rfield or missing then
+    fields = rcall('HLEN', key)
+  end
+  if missing and fields > written then
+    -- A hash of fields that are not the script's: replaced, as unreadable.
+    -- The step was the same on a full bucket.
+    reset = 1
+    rcall('DEL', key)
+    if rfield then
+      rcall('HSET', key, 't', st, 'ts', sts, rfield, format('%.0f %.0f %.0f', seq, granted, now))
+    else
+      rcall('HSET', key, 't', st, 'ts', sts)
+    end
+    fields = written
   end
 
   -- Prune the records older than PRUNE_AGE_US (and unreadable ones) once the
@@ -338,16 +390,15 @@ local function settle(key, c, now)
   -- field, and more than half of them were added since, one record per call.
   -- Fields are only added between prunes, so a p above HLEN is wrong (written
   -- by someone else) and is mended by a prune too.
-  local fields = redis.call('HLEN', key)
-  if fields > math.max(2 * p, PRUNE_MIN) or p > fields then
-    local all = redis.call('HGETALL', key)
+  if rfield and (fields > mmax(2 * p, PRUNE_MIN) or p > fields) then
+    local all = rcall('HGETALL', key)
     local old = {}
     local hasP = false
     for i = 1, #all, 2 do
       local f = all[i]
       if f == 'p' then
         hasP = true
-      elseif string.sub(f, 1, 2) == 'q:' then
+      elseif sub(f, 1, 2) == 'q:' then
         local r = record(all[i + 1])
         if r == nil or r.now < now - PRUNE_AGE_US then
           old[#old + 1] = f
@@ -355,28 +406,27 @@ local function settle(key, c, now)
       end
     end
     for i = 1, #old, HDEL_CHUNK do
-      redis.call('HDEL', key, unpack(old, i, math.min(i + HDEL_CHUNK - 1, #old)))
+      rcall('HDEL', key, unpack(old, i, mmin(i + HDEL_CHUNK - 1, #old)))
     end
     fields = fields - #old
     if not hasP then
       fields = fields + 1
     end
-    redis.call('HSET', key, 'p', string.format('%.0f', fields))
+    rcall('HSET', key, 'p', format('%.0f', fields))
   end
-  redis.call('PEXPIRE', key, string.format('%.0f', ttl))
+  rcall('PEXPIRE', key, format('%.0f', ttl))
 
   return granted, t, reset, 0
 end
 
 -- Every call is read and checked before any key is touched: a call of many
 -- keys with one bad part changes nothing.
-local calls = {}
+local stride = 9
 if #KEYS == 1 and (#ARGV == 7 or #ARGV == 9) then
-  local c, err = parse(0, #ARGV, false)
-  if not c then
+  local err = check(0, #ARGV, false)
+  if err then
     return redis.error_reply('ERR hybrid: ' .. err)
   end
-  calls[1] = c
 elseif #KEYS == 1 then
   return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. #ARGV)
 elseif #KEYS == 0 or #KEYS > MAX_KEYS then
@@ -385,26 +435,24 @@ elseif #ARGV ~= 9 * #KEYS then
   return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. #KEYS .. ' keys, got ' .. #ARGV)
 else
   for i = 1, #KEYS do
-    local c, err = parse(9 * (i - 1), 9, true)
-    if not c then
+    local err = check(9 * (i - 1), 9, true)
+    if err then
       return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
     end
-    calls[i] = c
   end
 end
 
-local time = redis.call('TIME')
+local time = rcall('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
+nowString = format('%.0f', now)
 local out = {}
+local o = 0
 for i = 1, #KEYS do
-  local granted, t, reset, dup = settle(KEYS[i], calls[i], now)
+  local granted, t, reset, dup = settle(KEYS[i], stride * (i - 1), now)
   if granted == nil then
     return redis.error_reply(t)
   end
-  out[#out + 1] = granted
-  out[#out + 1] = t
-  out[#out + 1] = now
-  out[#out + 1] = reset
-  out[#out + 1] = dup
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = granted, t, now, reset, dup
+  o = o + 5
 end
 return out

@@ -74,6 +74,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -130,9 +131,21 @@ func run() error {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: hybridbench [flags]\n\nSimulates a fleet sharing a rate limit and compares the limiting modes.\n\n")
 		flag.PrintDefaults()
 	}
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof reads it)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if sc.Passes > 0 {
 		if *outage != "" {
