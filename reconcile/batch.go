@@ -13,15 +13,21 @@ import (
 // 100 keys, which costs Redis about half as much a key as a call each.
 //
 // There is no timer. A request that finds fewer than maxFlights batches on
-// their way sends its own at once, with whatever waits already; the ones
-// that come while the batches are on their way wait and go together in the
-// next, which the first batch back sends. So an idle limiter adds no delay,
-// and a busy one sends a batch a round trip, as large as the requests that
-// came meanwhile (at most maxBatchKeys; more wait for the next).
+// their way sends its own at once, from its own goroutine, with whatever
+// waits already; the ones that come while the batches are on their way wait
+// and go together in the next, which the first batch back hands to one of
+// the node's flushers (goroutines that live as long as the Reconciler, made
+// at the first hand-off). So an idle limiter adds no delay, and a busy one
+// sends a batch a round trip, as large as the requests that came meanwhile
+// (at most maxBatchKeys; more wait for the next).
 type batcher struct {
-	mu      sync.Mutex
-	queue   []*waiter
-	flights int // batches on their way
+	mu       sync.Mutex
+	queue    []*waiter
+	flights  int            // batches on their way, or handed to a flusher
+	work     chan []*waiter // batches handed to the flushers
+	flushers bool           // the flushers were started
+	closed   bool           // the flushers stopped: nothing more is handed
+	spare    [][]*waiter    // batches' slices to reuse
 }
 
 // maxFlights is how many batches of one node may be on their way at once.
@@ -49,13 +55,20 @@ type waiter struct {
 // ctx: a caller that gives up leaves the settlement in its batch, applied or
 // not, and gets ctx's error.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+	if r.Closed() {
+		return global.Reply{}, ErrClosed
+	}
 	n := r.def
 	if r.router != nil {
 		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
 		n = r.nodeOf(lctx, s.Key)
 		cancel()
 	}
-	w := &waiter{s: s, done: make(chan struct{}, 1)}
+	w, _ := r.waiters.Get().(*waiter)
+	if w == nil {
+		w = &waiter{done: make(chan struct{}, 1)}
+	}
+	w.s = s
 	b := &n.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
@@ -71,25 +84,31 @@ func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		return global.Reply{}, ctx.Err() // w stays with its batch
+		return global.Reply{}, ctx.Err() // w stays with its batch, and is not reused
 	}
-	return w.rep, w.err
+	rep, err := w.rep, w.err
+	*w = waiter{done: w.done}
+	r.waiters.Put(w)
+	return rep, err
 }
 
 // take takes the next batch out of the queue. b.mu is held.
 func (b *batcher) take() []*waiter {
 	n := min(len(b.queue), maxBatchKeys)
-	batch := make([]*waiter, n)
-	copy(batch, b.queue)
+	var batch []*waiter
+	if k := len(b.spare); k > 0 {
+		batch, b.spare = b.spare[k-1][:0], b.spare[:k-1]
+	}
+	batch = append(batch, b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
 	return batch
 }
 
-// flush sends batch to node n through its breaker, gives each waiter its
-// outcome, and sends the next batch, if requests came meanwhile, on a
-// goroutine of its own: the caller that sent this one goes back to its
+// flush sends batch to node n through its breaker and gives each waiter
+// its outcome; if requests came meanwhile, it hands the next batch to one of
+// the node's flushers: the caller that sent this one goes back to its
 // request.
 func (r *Reconciler) flush(n *node, batch []*waiter) {
 	sets := make([]global.Settlement, len(batch))
@@ -109,22 +128,69 @@ func (r *Reconciler) flush(n *node, batch []*waiter) {
 		w.rep, w.err = replies[i], err
 		w.done <- struct{}{}
 	}
+	clear(batch)
 	b := &n.batch
 	b.mu.Lock()
+	if len(b.spare) < maxFlights {
+		b.spare = append(b.spare, batch)
+	}
 	if len(b.queue) == 0 {
 		b.flights--
 		b.mu.Unlock()
 		return
 	}
 	next := b.take()
-	b.mu.Unlock()
-	if !r.goOwned(func() { r.flush(n, next) }) { // closed: answer them here
-		for _, w := range next {
-			w.err = ErrClosed
-			w.done <- struct{}{}
+	if !b.flushers {
+		b.flushers = true
+		b.work = make(chan []*waiter, maxFlights)
+		for range maxFlights {
+			if !r.goOwned(func() { r.flusher(n) }) {
+				b.closed = true
+				break
+			}
 		}
-		b.mu.Lock()
+	}
+	if b.closed {
 		b.flights--
 		b.mu.Unlock()
+		answerClosed(next)
+		return
+	}
+	b.work <- next // never blocks: at most maxFlights batches are handed or on their way
+	b.mu.Unlock()
+}
+
+// flusher sends the batches handed to it, until the Reconciler closes; then
+// it answers those still handed with ErrClosed.
+func (r *Reconciler) flusher(n *node) {
+	b := &n.batch
+	for {
+		select {
+		case batch := <-b.work:
+			r.flush(n, batch)
+		case <-r.done:
+			b.mu.Lock()
+			b.closed = true
+			for {
+				select {
+				case batch := <-b.work:
+					b.flights--
+					answerClosed(batch)
+					continue
+				default:
+				}
+				break
+			}
+			b.mu.Unlock()
+			return
+		}
+	}
+}
+
+// answerClosed answers the waiters of batch with ErrClosed.
+func answerClosed(batch []*waiter) {
+	for _, w := range batch {
+		w.err = ErrClosed
+		w.done <- struct{}{}
 	}
 }

@@ -152,8 +152,10 @@ type Reconciler struct {
 	low            []*Entry          // leases that ran low, for the next early round
 	closed         bool
 
-	stop context.CancelFunc
-	wg   sync.WaitGroup // the loop and cold fetches
+	stop    context.CancelFunc
+	done    <-chan struct{} // closed by stop
+	waiters sync.Pool       // of *waiter, for SettleNow (one Reconciler's: a waiter's channel is its)
+	wg      sync.WaitGroup  // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
 	batch       []*Entry
@@ -250,7 +252,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	}
 	r.live.Store(int64(max(cfg.Instances, 1)))
 	ctx, stop := context.WithCancel(context.Background())
-	r.stop = stop
+	r.stop, r.done = stop, ctx.Done()
 	r.wg.Go(func() { r.loop(ctx) })
 	return r, nil
 }
