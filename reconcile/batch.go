@@ -53,10 +53,13 @@ type waiter struct {
 // returns its reply, or the batch's error (the breaker refused the round
 // trip, no reply came, the Reconciler is closed). It waits no longer than
 // ctx: a caller that gives up leaves the settlement in its batch, applied or
-// not, and gets ctx's error.
+// not, and gets ctx's error; one whose ctx is done already sends nothing.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
 	if r.Closed() {
 		return global.Reply{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return global.Reply{}, err
 	}
 	n := r.def
 	if r.router != nil {
@@ -83,8 +86,12 @@ func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global
 	}
 	select {
 	case <-w.done:
-	case <-ctx.Done():
-		return global.Reply{}, ctx.Err() // w stays with its batch, and is not reused
+	default: // not back yet (a caller that sent its batch itself has it)
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return global.Reply{}, ctx.Err() // w stays with its batch, and is not reused
+		}
 	}
 	rep, err := w.rep, w.err
 	*w = waiter{done: w.done}
