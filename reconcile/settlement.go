@@ -1,0 +1,118 @@
+package reconcile
+
+import (
+	"time"
+
+	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/local"
+)
+
+// owner is whose a settlement is: an entry, or nobody for an orphan, and the
+// spec it is settled under.
+type owner struct {
+	e  *Entry
+	sp *Spec
+	// claimed is true when the settlement holds its optimistic key's
+	// claim to charge (State.claimCharge), released once it is answered.
+	claimed bool
+	// since is when the settlement was first found in doubt; 0 if it is
+	// not.
+	since time.Duration
+}
+
+// settlement computes what e settles this round: its unsettled consumption
+// and, in lease mode, the allowance to give back (all of it for a key not
+// touched since the last round) or to ask for. It takes the amounts out of
+// e; restore puts them back if the round fails. ok is false when there is
+// nothing to settle.
+func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
+	// Costs are whole tokens: lease grants are too, so that no instance
+	// holds a fraction it cannot spend while others could.
+	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
+	charge(e, &s)
+	switch {
+	case sp.Mode == Optimistic && touched:
+		return s, true // charge, and learn the bucket for the next budget
+	case sp.Mode != Lease:
+	case !touched:
+		if s.Returned = e.Allowance.TakeAll(); s.Returned > 0 {
+			e.X.setIdle()
+		}
+		e.X.clearStarved()
+	default:
+		bal := e.Allowance.Load()
+		starved := e.X.clearStarved()
+		tgt := r.resize(e, sp, bal, starved)
+		switch {
+		case bal > tgt:
+			s.Returned = e.Allowance.TakeUpTo(bal - tgt)
+		case starved:
+			// Demand outran the lease: top it up. A key that was not
+			// starved is fetched on demand instead, so that light keys hold
+			// no lease between their requests.
+			s.Want = tgt - bal
+		}
+	}
+	return s, s.Consumed > 0 || s.Returned > 0 || s.Want > 0
+}
+
+// apply applies a settlement's reply to its entry and reports whether the
+// entry still holds something to settle next round: a lease's allowance or
+// unsettled consumption.
+func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now time.Duration) bool {
+	r.stats.keysSettled.Add(1)
+	if rep.Reset {
+		r.stats.resets.Add(1)
+	}
+	e, sp := o.e, o.sp
+	if e == nil {
+		return false
+	}
+	switch sp.Mode {
+	case Lease:
+		if rep.Granted > 0 && !e.Allowance.Add(rep.Granted) { // the entry left meanwhile
+			r.addOrphan(s.Key, sp, 0, rep.Granted)
+		}
+	case Optimistic:
+		// The bucket's refill since the last view is shared out; a first
+		// view has none to share: the budget is a share of what the bucket
+		// holds. What this instance spent since the settlement took its
+		// consumption (or, for a fetch, all it has not charged yet) is not
+		// in the reply's tokens: it counts against them, so that a budget
+		// is never granted again for tokens spent already.
+		// A first budget counts what was spent before it (a first request
+		// admitted on trust) against the cap too: between two settlements
+		// an instance spends at most Cap (docs/accuracy.md).
+		//
+		// A fetch that Redis granted tokens out of the bucket (see fetch)
+		// adds them to the budget instead, prepaid: the refill since the
+		// last view is what the grant took.
+		if rep.Granted > 0 {
+			if !e.X.prepaid.Add(rep.Granted) {
+				r.addOrphan(s.Key, sp, 0, rep.Granted) // the entry left meanwhile
+			} else {
+				e.Allowance.Add(rep.Granted) // if the entry left, handOff gives prepaid back
+			}
+			break
+		}
+		var elapsed time.Duration
+		seen := e.View().Seen
+		if seen != 0 {
+			elapsed = now - seen
+		}
+		spent := r.Unsettled(e)
+		tokens := rep.Tokens - spent
+		e.Allowance.Update(func(old int64) int64 {
+			b := r.Budget(sp, tokens, old, elapsed)
+			if seen == 0 {
+				b = max(min(b, r.Cap(sp)-spent), 0)
+			}
+			return b
+		})
+	}
+	e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
+	return sp.Mode == Lease && e.Allowance.Load() > 0 || e.Pending.Load() > 0
+}
+
+// hold keeps e for the next round.
+func (r *Reconciler) hold(e *Entry) { r.held = append(r.held, e) }
