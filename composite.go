@@ -27,10 +27,10 @@ type Decision struct {
 	// tokens of every check were taken.
 	Allowed bool
 	// Results has one Result per check decided, in the order of the
-	// checks. When a check denies, the checks after it are not decided and
-	// Results ends with the denying one.
+	// checks, from the first: every check, unless one was denied from this
+	// instance's last view of its bucket (see AllowAll), which ends them.
 	Results []Result
-	// Denied is the index of the check that denied, or -1 if Allowed.
+	// Denied is the index of the first check that denied, or -1 if Allowed.
 	Denied int
 }
 
@@ -68,8 +68,8 @@ func (d Decision) Result() Result {
 //
 // Every check is validated before any is decided: an invalid key, limit or
 // cost is an error naming its tier, with nothing taken. Results has the
-// Result of each check up to the first that denied (in the order of the
-// checks), or of every check.
+// Result of every check decided, in the order of the checks: of them all,
+// unless one was denied from this instance's view, which ends them.
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
 	var ebuf [4]*reconcile.Entry
 	entries := ebuf[:0]
@@ -127,19 +127,16 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	for i := range checks {
 		t := &tiers[i]
 		switch {
-		case !t.done:
-			continue // after a denial from a view
+		case !t.done: // after a denial from a view: the rest are not decided
 		case t.err != nil:
-			failed = fmt.Errorf("hybrid: tier %q: %w", checks[i].Tier, t.err)
-		case !t.res.Allowed:
-			d.Allowed, d.Denied = false, i
-		}
-		if failed != nil {
-			break
-		}
-		d.Results = append(d.Results, t.res)
-		if !d.Allowed {
-			break
+			if failed == nil {
+				failed = fmt.Errorf("hybrid: tier %q: %w", checks[i].Tier, t.err)
+			}
+		default:
+			d.Results = append(d.Results, t.res)
+			if !t.res.Allowed && d.Allowed {
+				d.Allowed, d.Denied = false, i
+			}
 		}
 	}
 	if failed == nil && d.Allowed {

@@ -28,6 +28,7 @@ type batcher struct {
 	flushers bool           // the flushers were started
 	closed   bool           // the flushers stopped: nothing more is handed
 	spare    [][]*waiter    // batches' slices to reuse
+	bufs     []*flightBufs  // the Settle buffers of batches back, to reuse
 }
 
 // maxFlights is how many batches of one node may be on their way at once.
@@ -118,10 +119,19 @@ func (b *batcher) take() []*waiter {
 // the node's flushers: the caller that sent this one goes back to its
 // request.
 func (r *Reconciler) flush(n *node, batch []*waiter) {
-	sets := make([]global.Settlement, len(batch))
-	replies := make([]global.Reply, len(batch))
-	for i, w := range batch {
-		sets[i] = w.s
+	b := &n.batch
+	b.mu.Lock()
+	var fb *flightBufs
+	if k := len(b.bufs); k > 0 {
+		fb, b.bufs = b.bufs[k-1], b.bufs[:k-1]
+	} else {
+		fb = new(flightBufs)
+	}
+	b.mu.Unlock()
+	sets, replies := fb.sets[:0], fb.replies[:0]
+	for _, w := range batch {
+		sets = append(sets, w.s)
+		replies = append(replies, global.Reply{})
 	}
 	r.stats.batches.Add(1)
 	r.stats.batched.Add(uint64(len(batch)))
@@ -136,10 +146,15 @@ func (r *Reconciler) flush(n *node, batch []*waiter) {
 		w.done <- struct{}{}
 	}
 	clear(batch)
-	b := &n.batch
+	clear(sets)
+	clear(replies)
+	fb.sets, fb.replies = sets, replies
 	b.mu.Lock()
 	if len(b.spare) < maxFlights {
 		b.spare = append(b.spare, batch)
+	}
+	if len(b.bufs) < maxFlights && cap(sets) <= maxBatchKeys {
+		b.bufs = append(b.bufs, fb)
 	}
 	if len(b.queue) == 0 {
 		b.flights--
@@ -192,6 +207,12 @@ func (r *Reconciler) flusher(n *node) {
 			return
 		}
 	}
+}
+
+// flightBufs are the buffers of one batch's Settle call.
+type flightBufs struct {
+	sets    []global.Settlement
+	replies []global.Reply
 }
 
 // answerClosed answers the waiters of batch with ErrClosed.

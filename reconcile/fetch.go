@@ -234,8 +234,8 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 	}) {
 		return false, ErrClosed
 	}
-	t := time.NewTimer(r.cfg.ColdWait)
-	defer t.Stop()
+	t := r.timer(r.cfg.ColdWait)
+	defer r.putTimer(t)
 	select {
 	case res := <-ch:
 		return res.granted, res.err

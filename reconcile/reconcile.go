@@ -155,6 +155,7 @@ type Reconciler struct {
 	stop    context.CancelFunc
 	done    <-chan struct{} // closed by stop
 	waiters sync.Pool       // of *waiter, for SettleNow (one Reconciler's: a waiter's channel is its)
+	timers  sync.Pool       // of *time.Timer, stopped: see timer
 	wg      sync.WaitGroup  // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
@@ -319,8 +320,8 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 	}) {
 		return ErrClosed
 	}
-	t := time.NewTimer(r.cfg.ColdWait)
-	defer t.Stop()
+	t := r.timer(r.cfg.ColdWait)
+	defer r.putTimer(t)
 	select {
 	case err := <-ch:
 		return err
@@ -439,4 +440,22 @@ func (r *Reconciler) ReturnNow(key string, sp *Spec, n int64) {
 	if _, err := r.settleOne(global.Settlement{Key: key, Limit: sp.Limit, Returned: n}); err != nil && !mayBeApplied(err) {
 		r.Return(key, sp, n)
 	}
+}
+
+// timer returns a timer that fires after d, from r's own pool: a request
+// that waits for Redis waits with one, and allocates none. Give it back with
+// putTimer.
+func (r *Reconciler) timer(d time.Duration) *time.Timer {
+	if t, ok := r.timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it for the next timer: since Go 1.23 a timer
+// reset after Stop never delivers a value from before.
+func (r *Reconciler) putTimer(t *time.Timer) {
+	t.Stop()
+	r.timers.Put(t)
 }
