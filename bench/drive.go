@@ -56,13 +56,7 @@ func (r *run) work(ctx context.Context, in *instance, w *worker, start time.Time
 			if ctx.Err() != nil {
 				return // stopped, not broken
 			}
-			w.errors.Add(1)
-			if out {
-				w.outErrors++
-			}
-			if w.firstErr == nil {
-				w.firstErr = err
-			}
+			w.failed(err, out)
 			continue
 		}
 		r.count(w, k, ok, src, out)
@@ -168,13 +162,7 @@ func (r *run) workClosed(ctx context.Context, in *instance, w *worker, start tim
 			if ctx.Err() != nil {
 				return
 			}
-			w.errors.Add(1)
-			if out {
-				w.outErrors++
-			}
-			if w.firstErr == nil {
-				w.firstErr = err
-			}
+			w.failed(err, out)
 			continue
 		}
 		dec++
@@ -277,4 +265,16 @@ func (s *schedule) take() (time.Duration, int) {
 		k = s.rng.IntN(s.keys)
 	}
 	return time.Duration(s.next), k
+}
+
+// failed counts a decision of w that failed with err (in the outage if out),
+// and keeps the first such error.
+func (w *worker) failed(err error, out bool) {
+	w.errors.Add(1)
+	if out {
+		w.outErrors++
+	}
+	if w.firstErr == nil {
+		w.firstErr = err
+	}
 }

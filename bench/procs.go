@@ -110,16 +110,8 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 	if procs < 1 || procs > sc.Instances {
 		return Report{}, fmt.Errorf("%w: %d processes for %d instances", ErrScenario, procs, sc.Instances)
 	}
-	if err := checkMode(t, mode); err != nil {
+	if err := prepare(ctx, t, sc, mode); err != nil {
 		return Report{}, err
-	}
-	if sc.Outage.For > 0 && !t.Owned() {
-		return Report{}, fmt.Errorf("%w: %s", ErrNotOwned, t)
-	}
-	if sc.Passes > 0 {
-		if err := t.emptyForTail(ctx); err != nil {
-			return Report{}, err
-		}
 	}
 	exe, err := os.Executable()
 	if err != nil {

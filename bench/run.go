@@ -42,16 +42,8 @@ func Run(ctx context.Context, t *Target, sc Scenario, mode string, progress func
 	if err != nil {
 		return Report{}, err
 	}
-	if err := checkMode(t, mode); err != nil {
+	if err := prepare(ctx, t, sc, mode); err != nil {
 		return Report{}, err
-	}
-	if sc.Outage.For > 0 && !t.Owned() {
-		return Report{}, fmt.Errorf("%w: %s", ErrNotOwned, t)
-	}
-	if sc.Passes > 0 {
-		if err := t.emptyForTail(ctx); err != nil {
-			return Report{}, err
-		}
 	}
 	r := newRun(t, sc, mode)
 	r.redisEmpty(ctx)
@@ -376,4 +368,18 @@ func (r *run) close() []error {
 		}
 	}
 	return errs
+}
+
+// prepare checks that mode can run sc on t, and empties t for a long tail.
+func prepare(ctx context.Context, t *Target, sc Scenario, mode string) error {
+	if err := checkMode(t, mode); err != nil {
+		return err
+	}
+	if sc.Outage.For > 0 && !t.Owned() {
+		return fmt.Errorf("%w: %s", ErrNotOwned, t)
+	}
+	if sc.Passes > 0 {
+		return t.emptyForTail(ctx)
+	}
+	return nil
 }
