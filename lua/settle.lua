@@ -144,27 +144,34 @@ local rcall, rpcall = redis.call, redis.pcall
 -- A[base + 1]: the seven numbers, then the instance and seq, or false and
 -- false for none. It returns what is wrong, or nil. With 9, instance "" and
 -- seq 0 are no de-duplication only if empty is true (a call of many keys).
-local NAMES = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
-local LO = {1, 1, 0, 0, 0, 0, 1}
-local HI = {MAX_LIMIT, MAX_LIMIT, MAX_AMOUNT, MAX_AMOUNT, MAX_AMOUNT, MAX_AMOUNT, MAX_LIMIT}
 local A = {}
-local nowString -- now, formatted once for every key's ts
--- Numbers read already, by bounds (LO[i] 1: limits; 0: amounts): the keys of
--- one call share most of their arguments (a limit, a cost, zeros), and a
--- table lookup of a string costs less than tonumber.
-local seen = {[0] = {}, [1] = {}}
+local nowString -- now, formatted once for every key's ts (on first use)
+-- Numbers read already, limits and amounts apart (their bounds differ), for
+-- a call of many keys: they share most of their arguments (a limit, a
+-- cost, zeros), and a table lookup of a string costs less than tonumber.
+-- A call of one key has no use for them.
+local limits, amounts
 local function check(base, n, empty)
   for i = 1, 7 do
     local a = ARGV[base + i]
-    local known = seen[LO[i]]
-    local v = known[a]
+    local lo, hi, known = 0, MAX_AMOUNT, amounts
+    if i <= 2 or i == 7 then
+      lo, hi, known = 1, MAX_LIMIT, limits
+    end
+    local v
+    if known then
+      v = known[a]
+    end
     if v == nil then
       v = tonumber(a)
-      if v == nil or v ~= v or v < LO[i] or v > HI[i] or v ~= floor(v) then
-        return NAMES[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
-          format('%.0f', LO[i]) .. ', ' .. format('%.0f', HI[i]) .. ']'
+      if v == nil or v ~= v or v < lo or v > hi or v ~= floor(v) then
+        local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
+        return names[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
+          format('%.0f', lo) .. ', ' .. format('%.0f', hi) .. ']'
       end
-      known[a] = v
+      if known then
+        known[a] = v
+      end
     end
     A[base + i] = v
   end
@@ -355,6 +362,9 @@ local function settle(key, base, now)
   elseif ttl > MAX_TTL_MS then
     ttl = MAX_TTL_MS
   end
+  if not nowString then
+    nowString = format('%.0f', now)
+  end
   local st, sts = format('%.0f', t), nowString
   if ts ~= now then
     sts = format('%.0f', ts)
@@ -434,6 +444,7 @@ elseif #KEYS == 0 or #KEYS > MAX_KEYS then
 elseif #ARGV ~= 9 * #KEYS then
   return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. #KEYS .. ' keys, got ' .. #ARGV)
 else
+  limits, amounts = {}, {}
   for i = 1, #KEYS do
     local err = check(9 * (i - 1), 9, true)
     if err then
@@ -444,7 +455,6 @@ end
 
 local time = rcall('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
-nowString = format('%.0f', now)
 local out = {}
 local o = 0
 for i = 1, #KEYS do
