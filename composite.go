@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hybridlimit/hybrid/global"
+
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
@@ -58,6 +60,12 @@ func (d Decision) Result() Result {
 // order: put the tier most likely to deny first. Between a check and the
 // give-back, its tokens are briefly unavailable to other requests.
 //
+// Consecutive checks that need Redis (exact limits, and lease limits of keys
+// this instance holds nothing for) go in one script call on a single Redis,
+// all or nothing: they take their tokens together or none of them, so a
+// denial among them needs no give-back, and the composite costs one round
+// trip. Should that call fail, they are decided one by one.
+//
 // Every check is validated before any is decided: an invalid key, limit or
 // cost is an error naming its tier, with nothing taken.
 func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, error) {
@@ -73,7 +81,19 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 	d := Decision{Allowed: true, Results: make([]Result, 0, len(checks)), Denied: -1}
 	var buf [4]Reservation
 	taken := buf[:0]
-	for i := range checks {
+	for i := 0; i < len(checks); i++ {
+		// A run of checks that need Redis goes in one call, all or nothing.
+		if j := l.run(checks, entries, i); j-i >= 2 {
+			var ok bool
+			if taken, ok = l.together(ctx, &d, taken, checks[i:j], i); ok {
+				if !d.Allowed {
+					l.giveBack(taken)
+					return d, nil
+				}
+				i = j - 1
+				continue
+			}
+		}
 		c := &checks[i]
 		res, e, err := l.decide(ctx, c.Key, c.Limit, cost(c), entries[i])
 		if err != nil {
@@ -131,4 +151,119 @@ func (l *Limiter) validCheck(c *Check, e *reconcile.Entry) error {
 		return fmt.Errorf("hybrid: tier %q: key %q: %w", c.Tier, c.Key, err)
 	}
 	return nil
+}
+
+// run returns the end of the run of checks from i that need Redis and can
+// go in one all-or-nothing call (together): exact checks, and lease checks of
+// keys this instance holds nothing for and has no view of, on a single Redis
+// whose breaker is closed. A check it holds an allowance or a view for is
+// decided here, in order, as before.
+func (l *Limiter) run(checks []Check, entries []*reconcile.Entry, i int) int {
+	if l.g.Spread() || l.r.Degraded() {
+		return i
+	}
+	j := i
+	for ; j < len(checks); j++ {
+		c, e := &checks[j], entries[j]
+		switch c.Limit.Mode {
+		case Exact:
+		case Lease:
+			if e != nil && (e.Allowance.Load() > 0 || e.View().Seen != 0) {
+				return j
+			}
+		default:
+			return j
+		}
+		for k := i; k < j; k++ {
+			if checks[k].Key == c.Key {
+				return j // a key once in a call
+			}
+		}
+	}
+	return j
+}
+
+// together decides checks, whose first is the check at index at of the
+// composite, in one all-or-nothing script call (global.Limiter.SettleAll):
+// every one takes its cost from its bucket in Redis, or none does. It
+// appends their Results to d up to the first that denies, as deciding them
+// in order would (those before it would have passed: nothing was taken from
+// them, and nothing is given back), and their reservations to taken. ok is
+// false, with nothing decided, if the call failed: the caller decides them
+// one by one.
+func (l *Limiter) together(ctx context.Context, d *Decision, taken []Reservation, checks []Check, at int) (_ []Reservation, ok bool) {
+	type member struct {
+		e    *reconcile.Entry
+		sp   *reconcile.Spec
+		glim global.Limit
+	}
+	var mbuf [4]member
+	ms := mbuf[:0]
+	sets := make([]global.Settlement, 0, len(checks))
+	for i := range checks {
+		c := &checks[i]
+		sp, err := l.spec(c.Limit)
+		if err != nil {
+			return taken, false
+		}
+		e, _ := l.keys.GetOrAdd(c.Key)
+		if e.X.Spec() != sp {
+			l.setSpec(e, sp)
+		}
+		glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
+		s, err := global.Decision(c.Key, glim, cost(c))
+		if err != nil {
+			return taken, false
+		}
+		ms = append(ms, member{e, sp, glim})
+		sets = append(sets, s)
+	}
+	replies := make([]global.Reply, len(sets))
+	err := l.r.Do(ctx, checks[0].Key, func(ctx context.Context) error {
+		return l.g.SettleAll(ctx, sets, replies)
+	})
+	if err != nil {
+		return taken, false
+	}
+	granted := replies[0].Granted > 0
+	if !granted {
+		short := false
+		for i := range replies {
+			short = short || replies[i].Tokens < sets[i].Want
+		}
+		if !short {
+			return taken, false // nothing granted and no bucket short: not the script's answer
+		}
+	}
+	now := l.clock.Now()
+	for i := range checks {
+		c, m, rep := &checks[i], &ms[i], &replies[i]
+		gr := global.Outcome(sets[i], m.glim, *rep)
+		if !granted && rep.Tokens >= sets[i].Want {
+			// It would have passed; a check after it denied.
+			gr.Allowed, gr.RetryAfter = true, 0
+			gr.Remaining = (rep.Tokens - sets[i].Want) / local.Micro
+		}
+		var res Result
+		if m.sp.Mode == Exact {
+			res = l.decided(m.e, c.Limit, gr)
+		} else {
+			m.e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
+			if gr.Allowed {
+				res = l.allowed(m.e, m.sp, c.Limit, m.e.Allowance.Load(), SourceRedis)
+			} else {
+				l.stats.redisDenied.Add(1)
+				res = l.denied(m.sp, c.Limit, untilHolds(m.sp, m.e.View(), sets[i].Want, now), m.e.View(), 0, SourceRedis)
+			}
+		}
+		d.Results = append(d.Results, res)
+		if !res.Allowed {
+			d.Allowed, d.Denied = false, at+i
+			return taken, true
+		}
+		if granted {
+			taken = append(taken, Reservation{l: l, key: c.Key, e: m.e, sp: m.sp, res: res, cost: sets[i].Want})
+		}
+	}
+	return taken, true
 }

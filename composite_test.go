@@ -147,3 +147,53 @@ func TestAllowAllValidation(t *testing.T) {
 		}
 	})
 }
+
+// TestAllowAllOneCall: the checks of a composite that need Redis (exact
+// ones, and lease ones of keys the instance holds nothing for) go in one
+// script call, all or nothing: when the last tier is spent, the others lose
+// nothing, and nothing is given back.
+func TestAllowAllOneCall(t *testing.T) {
+	inFleet(t, 1, hybrid.Config{Instances: 1}, func(t *testing.T, f *fleet) {
+		l := f.lims[0]
+		ctx := context.Background()
+		exact := hybrid.Limit{Rate: slow, Burst: 5, Mode: hybrid.Exact}
+		tight := hybrid.Limit{Rate: slow, Burst: 2, Mode: hybrid.Exact}
+		if _, err := l.Allow(ctx, "warm", exact); err != nil { // the script cached
+			t.Fatal(err)
+		}
+		checks := func(user string) []hybrid.Check {
+			return []hybrid.Check{
+				{Tier: "user", Key: user, Limit: exact},
+				{Tier: "cold lease", Key: "lease-" + user, Limit: hybrid.Limit{Rate: slow, Burst: 5}},
+				{Tier: "route", Key: "route", Limit: tight},
+			}
+		}
+		for i, user := range []string{"a", "b", "c"} {
+			before := f.links[0].commands.Load()
+			d, err := l.AllowAll(ctx, checks(user)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent := f.links[0].commands.Load() - before; sent != 1 {
+				t.Errorf("composite %d: %d Redis commands, want 1", i, sent)
+			}
+			want := i < 2 // route holds 2
+			if d.Allowed != want || len(d.Results) != 3 {
+				t.Fatalf("composite %d: %+v, want allowed %v with 3 results", i, d, want)
+			}
+			for j, res := range d.Results {
+				if res.Source != hybrid.SourceRedis || res.Allowed != (want || j < 2) {
+					t.Errorf("composite %d, check %d: %+v", i, j, res)
+				}
+			}
+		}
+		// c's tiers lost nothing to route's denial, and nothing came back.
+		slack := int64(slow*micro*10) + 1
+		wantTokens(t, f.m, "c", 5*micro, slack)
+		wantTokens(t, f.m, "lease-c", 5*micro, slack)
+		wantTokens(t, f.m, "route", 0, slack)
+		if st := l.Stats(); st.Refunds != 0 {
+			t.Errorf("Stats.Refunds = %d, want 0: nothing given back", st.Refunds)
+		}
+	})
+}

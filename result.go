@@ -175,9 +175,13 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		l.stats.exactErrors.Add(1)
 		return l.unanswered(err, e, sp, lim, cost), true, nil
 	}
-	gr := global.Outcome(s, glim, rep)
+	return l.decided(e, lim, global.Outcome(s, glim, rep)), true, nil
+}
+
+// decided is the Result of an exact decision for e that Redis answered with
+// gr: it counts it and keeps the view of the bucket it brings.
+func (l *Limiter) decided(e *reconcile.Entry, lim Limit, gr global.Result) Result {
 	now := l.clock.Now()
-	tokens := gr.Remaining * local.Micro
 	if gr.Reset {
 		l.stats.exactResets.Add(1)
 	}
@@ -186,7 +190,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	} else {
 		l.stats.exactDenied.Add(1)
 	}
-	e.SetView(local.View{Tokens: tokens, Seen: now})
+	e.SetView(local.View{Tokens: gr.Remaining * local.Micro, Seen: now})
 	return Result{
 		Allowed:    gr.Allowed,
 		Remaining:  gr.Remaining,
@@ -196,7 +200,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		Source:     SourceRedis,
 		seen:       now,
 		clock:      &l.clock,
-	}, true, nil
+	}
 }
 
 // Reservation is an allowed decision that can be taken back. Create one with

@@ -423,3 +423,55 @@ func TestSettleMany(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleAll checks the all-or-nothing call: when one key's bucket cannot
+// grant its min_grant, no key is granted anything; when every one can, each
+// is; and it takes decisions alone, each key once.
+func TestSettleAll(t *testing.T) {
+	const M = 1_000_000
+	decide := func(cost int64) []any { return []any{1, 10 * M, 0, 0, cost, cost, 1, "", 0} }
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		keys := []string{"{all}a", "{all}b", "{all}c"}
+		// b holds 1 token, the others are full.
+		eval(ctx, t, b.rdb, keys[1], 1, 10*M, 9*M, 0, 0, 0, 1)
+		call := func(costs ...int64) []int64 {
+			t.Helper()
+			var args []any
+			for _, c := range costs {
+				args = append(args, decide(c)...)
+			}
+			v, err := b.rdb.Eval(ctx, lua.Settle, keys, append(args, "all")...).Int64Slice()
+			if err != nil || len(v) != 15 {
+				t.Fatalf("all-or-nothing call %v = %v, %v", costs, v, err)
+			}
+			return v
+		}
+		v := call(2*M, 2*M, 2*M) // b is short: nothing for anyone
+		for i, want := range []int64{10 * M, M, 10 * M} {
+			if v[5*i] != 0 || !near(v[5*i+1], want) {
+				t.Errorf("b short, key %d: granted %d, tokens %d; want 0 and %d", i, v[5*i], v[5*i+1], want)
+			}
+		}
+		v = call(2*M, M, 3*M) // each can: all granted
+		for i, want := range []int64{8 * M, 0, 7 * M} {
+			if g := []int64{2 * M, M, 3 * M}[i]; v[5*i] != g || !near(v[5*i+1], want) {
+				t.Errorf("all can, key %d: granted %d, tokens %d; want %d and %d", i, v[5*i], v[5*i+1], g, want)
+			}
+		}
+		for _, bad := range []struct {
+			name string
+			keys []string
+			args []any
+			want string
+		}{
+			{"consumed", keys[:1], []any{1, 10 * M, M, 0, M, M, 1, "", 0, "all"}, "decisions alone"},
+			{"seq", keys[:1], []any{1, 10 * M, 0, 0, M, M, 1, "x", 3, "all"}, "decisions alone"},
+			{"a key twice", []string{keys[0], keys[0]}, append(decide(M), append(decide(M), "all")...), "each key once"},
+		} {
+			if _, err := b.rdb.Eval(ctx, lua.Settle, bad.keys, bad.args...).Result(); err == nil || !strings.Contains(err.Error(), bad.want) {
+				t.Errorf("%s: %v, want an error with %q", bad.name, err, bad.want)
+			}
+		}
+	})
+}

@@ -26,7 +26,12 @@
 -- ARGV     for one key: rate, burst, consumed, returned, want, min_grant,
 --          quantum and, to de-duplicate, instance and seq (7 or 9
 --          arguments); for more keys, the 9 arguments of each in the order
---          of KEYS, where instance "" and seq 0 stand for no de-duplication
+--          of KEYS, where instance "" and seq 0 stand for no de-duplication;
+--          or the 9 arguments of each key and then the string "all": all or
+--          nothing, for decisions alone (consumed and returned 0, no seq,
+--          each key once): if one key's bucket cannot grant its min_grant,
+--          no key is granted anything (each is written as a call that
+--          wants nothing would write it)
 --            rate       micro-tokens per second, an integer in [1, 2^50]
 --            burst      micro-tokens, an integer in [1, 2^50]
 --            consumed   micro-tokens spent elsewhere, to charge (>= 0)
@@ -210,6 +215,63 @@ local function record(v)
   return {seq = s, granted = g, now = n}
 end
 
+-- refill returns a bucket of t micro-tokens at Redis time ts, refilled at
+-- rate up to burst, at now: its tokens and time.
+local function refill(t, ts, now, rate, burst)
+  -- elapsed_us * rate may pass 2^53, so with
+  -- elapsed = es s + eu us and rate = rq * 1e6 + rr:
+  --   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
+  -- es * rate is compared with the deficit first (an exact bound, below 2^51);
+  -- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
+  -- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
+  -- away from the next integer.
+  if now > ts then
+    local deficit = burst - t
+    if deficit > 0 then
+      local e = now - ts
+      local es = floor(e / MICRO)
+      local eu = e - es * MICRO
+      if eu < 0 then
+        es, eu = es - 1, eu + MICRO
+      elseif eu >= MICRO then
+        es, eu = es + 1, eu - MICRO
+      end
+      local add = es * rate
+      if add < deficit then
+        local rq = floor(rate / MICRO)
+        local rr = rate - rq * MICRO
+        add = add + eu * rq + floor(eu * rr / MICRO)
+      end
+      if add >= deficit then
+        t = burst
+      else
+        t = t + add
+      end
+    end
+    ts = now
+  end
+  return t, ts
+end
+
+-- peek returns the tokens key's bucket holds at now, refilled, for a call
+-- whose arguments check stored from A[base + 1], without writing anything:
+-- a bucket it cannot read is full, as settle would make it.
+local function peek(key, base, now)
+  local rate, burst = A[base + 1], A[base + 2]
+  local state = rpcall('HMGET', key, 't', 'ts')
+  local t, ts
+  if not state.err then
+    t, ts = tonumber(state[1]), tonumber(state[2])
+  end
+  if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= floor(t) or
+      ts ~= floor(ts) or ts < 0 or ts > MAX_AMOUNT then
+    return burst
+  end
+  t = mmax(mmin(t, burst), -burst)
+  t = refill(t, ts, now, rate, burst)
+  return t
+end
+
 -- settle applies the call whose arguments check stored from A[base + 1] to
 -- key at Redis time now, and returns granted, tokens, reset and dup, or nil
 -- and an error.
@@ -278,38 +340,8 @@ local function settle(key, base, now)
     t = -burst
   end
 
-  -- 1. Refill for the time since ts. elapsed_us * rate may pass 2^53, so with
-  -- elapsed = es s + eu us and rate = rq * 1e6 + rr:
-  --   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
-  -- es * rate is compared with the deficit first (an exact bound, below 2^51);
-  -- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
-  -- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
-  -- away from the next integer.
-  if now > ts then
-    local deficit = burst - t
-    if deficit > 0 then
-      local e = now - ts
-      local es = floor(e / MICRO)
-      local eu = e - es * MICRO
-      if eu < 0 then
-        es, eu = es - 1, eu + MICRO
-      elseif eu >= MICRO then
-        es, eu = es + 1, eu - MICRO
-      end
-      local add = es * rate
-      if add < deficit then
-        local rq = floor(rate / MICRO)
-        local rr = rate - rq * MICRO
-        add = add + eu * rq + floor(eu * rr / MICRO)
-      end
-      if add >= deficit then
-        t = burst
-      else
-        t = t + add
-      end
-    end
-    ts = now
-  end
+  -- 1. Refill for the time since ts.
+  t, ts = refill(t, ts, now, rate, burst)
 
   -- A duplicate changes nothing: it replies what it was granted the first
   -- time (0 if superseded since) and the tokens as refilled, unwritten.
@@ -432,7 +464,29 @@ end
 -- Every call is read and checked before any key is touched: a call of many
 -- keys with one bad part changes nothing.
 local stride = 9
-if #KEYS == 1 and (#ARGV == 7 or #ARGV == 9) then
+-- All or nothing: 9 arguments a key and then "all".
+local all = #ARGV == 9 * #KEYS + 1 and ARGV[#ARGV] == 'all'
+if all then
+  if #KEYS == 0 or #KEYS > MAX_KEYS then
+    return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. #KEYS)
+  end
+  limits, amounts = {}, {}
+  local named = {}
+  for i = 1, #KEYS do
+    local base = 9 * (i - 1)
+    local err = check(base, 9, true)
+    if not err and (A[base + 3] ~= 0 or A[base + 4] ~= 0 or A[base + 8]) then
+      err = 'all or nothing takes decisions alone: no consumed, returned or seq'
+    end
+    if not err and named[KEYS[i]] then
+      err = 'all or nothing takes each key once'
+    end
+    if err then
+      return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
+    end
+    named[KEYS[i]] = true
+  end
+elseif #KEYS == 1 and (#ARGV == 7 or #ARGV == 9) then
   local err = check(0, #ARGV, false)
   if err then
     return redis.error_reply('ERR hybrid: ' .. err)
@@ -455,6 +509,26 @@ end
 
 local time = rcall('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
+if all then
+  -- Every key's grant first, from what its bucket holds: if one falls
+  -- short of its min_grant, none is granted (each key is written as a call
+  -- that wants nothing would write it).
+  for i = 1, #KEYS do
+    local base = stride * (i - 1)
+    local t = peek(KEYS[i], base, now)
+    local g = 0
+    if t > 0 then
+      g = mmin(A[base + 5], t)
+    end
+    g = g - fmod(g, A[base + 7])
+    if g < A[base + 6] then
+      for j = 1, #KEYS do
+        A[stride * (j - 1) + 5], A[stride * (j - 1) + 6] = 0, 0
+      end
+      break
+    end
+  end
+end
 local out = {}
 local o = 0
 for i = 1, #KEYS do

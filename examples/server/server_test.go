@@ -216,14 +216,14 @@ func TestDenials(t *testing.T) {
 		checkAllowed(t, fmt.Sprintf("free user's second key, request %d", k), ts.get("/v1/items", alice2), frozen,
 			tierWant{"per-key", freeKey, 10 - k}, tierWant{"per-user", freeUser, 5 - k}, svc)
 	}
-	// Denied by the user's bucket, after the key's: the key's token is
-	// given back.
+	// Denied by the user's bucket, after the key's: both in one
+	// all-or-nothing call, which takes nothing from the key's bucket.
 	rep := ts.get("/v1/items", alice2)
 	if ra, want := checkDenial(t, "free user spent", rep, "per-user"), freeUser.retryAfter(1); ra != want {
 		t.Errorf("free user spent: Retry-After %d, want %d (a token at 15 a minute)", ra, want)
 	}
 	if st := mustFields(t, rep).state["per-key"]; st[0] != 5 {
-		t.Errorf("free user spent: RateLimit per-key r=%d, want 5 (its token given back)", st[0])
+		t.Errorf("free user spent: RateLimit per-key r=%d, want 5 (nothing taken)", st[0])
 	}
 
 	checkBuckets(t, ts, m,
@@ -265,7 +265,7 @@ func TestReportCosts(t *testing.T) {
 	if ra, want := checkDenial(t, "dave's second report", rep, "reports-endpoint"), freeReportsEnd.retryAfter(10); ra != want {
 		t.Errorf("dave's second report: Retry-After %d, want %d (10 tokens at 30 a minute)", ra, want)
 	}
-	// The tiers before the endpoint's show what they hold once given back.
+	// The tiers before the endpoint's show what they hold: nothing taken.
 	if st := mustFields(t, rep).state; st["reports"][0] != 10 || st["per-key"][0] != 9 || st["per-user"][0] != 14 {
 		t.Errorf("dave's second report: RateLimit %q: want reports r=10, per-key r=9, per-user r=14", rep.header.Get("RateLimit"))
 	}
@@ -443,8 +443,8 @@ func TestMetrics(t *testing.T) {
 	// Decisions: an anonymous request is decided in 2 tiers (per-ip,
 	// service), a free key's in 3 (per-key, per-user, service), and a
 	// denied request in those up to the one that denied: the last request
-	// of alice's second key took a token in per-key, given back when
-	// per-user denied.
+	// of alice's second key passed per-key and was denied by per-user, in
+	// one all-or-nothing call: nothing taken, nothing to give back.
 	const allowedDecisions = 10*2 + 10*3 + 5*3 + 1
 	want := map[string]float64{
 		`hybrid_http_requests_total{outcome="allowed"}`:       25,
@@ -455,7 +455,7 @@ func TestMetrics(t *testing.T) {
 		`hybrid_http_denials_total{tier="per-ip"}`:            2,
 		`hybrid_http_denials_total{tier="per-key"}`:           1,
 		`hybrid_http_denials_total{tier="per-user"}`:          1,
-		`hybrid_refunds_total`:                                1,
+		`hybrid_refunds_total`:                                0,
 		"allowed decisions":                                   allowedDecisions,
 		"denied decisions":                                    4,
 	}
