@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -15,67 +14,6 @@ import (
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/internal/limit"
 )
-
-// Error is one problem of a document, as Load and LoadFile report it. It
-// names the plan, the rule and the field, and says where the value is.
-// errors.Is(err, ErrInvalid) holds for every Error.
-type Error struct {
-	// File is the path LoadFile was given; "" for Load.
-	File string
-	// Line and Column locate the value (or the field's name, for an
-	// unknown or repeated field), from 1, in bytes. They are 0 if the
-	// problem is not at one place.
-	Line, Column int
-	// Path is the JSON path of the value, such as "plans[0].rules[2].burst";
-	// "" for the document itself.
-	Path string
-	// Plan and Rule are the names of the plan and the rule the problem is
-	// in, "" if none (or if they have no valid name).
-	Plan, Rule string
-	// Err is the problem.
-	Err error
-
-	where string // `plan "free" rule "reports"`, `shared rule #2`, ...
-}
-
-// Error returns the problem with where it is:
-//
-//	policy: rules.json:14:16: plan "free" rule "reports": burst: 0 is outside [1, 1000000000]
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("policy: ")
-	switch {
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
-	case e.File != "":
-		fmt.Fprintf(&b, "%s: ", e.File)
-	case e.Line > 0:
-		fmt.Fprintf(&b, "line %d, column %d: ", e.Line, e.Column)
-	}
-	if e.where != "" {
-		b.WriteString(e.where + ": ")
-	}
-	if f := field(e.Path); f != "" {
-		b.WriteString(f + ": ")
-	}
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns e.Err.
-func (e *Error) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrInvalid.
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
-
-// field returns the last field name of a JSON path, "" if it ends with an
-// index or is empty.
-func field(path string) string {
-	if strings.HasSuffix(path, "]") {
-		return ""
-	}
-	return path[strings.LastIndexByte(path, '.')+1:]
-}
 
 // Load reads a JSON document of plans and rules from r, validates all of it
 // and returns the rules ready for Checks. The error, if any, joins (with
@@ -180,38 +118,6 @@ func (ld *loader) fields(s scope, ms []member, known []string) map[string]value 
 	return fs
 }
 
-// suggest returns " (did you mean "x"?)" for a known field close to key,
-// else the list of the known fields.
-func suggest(key string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, key) || distance(k, key) <= 2 {
-			return fmt.Sprintf(" (did you mean %q?)", k)
-		}
-	}
-	return " (want " + strings.Join(known, ", ") + ")"
-}
-
-// distance is the Levenshtein distance between a and b, in bytes.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
 // str returns the string field name of fs, reporting a value of another
 // type. present is false if the field is absent.
 func (ld *loader) str(s scope, fs map[string]value, name string) (v string, present, ok bool) {
@@ -245,24 +151,6 @@ func (ld *loader) name(s scope, ms []member, v value) (string, int64, bool) {
 		return "", 0, false
 	}
 	return n, f.off, true
-}
-
-// checkName reports whether s may name a plan or a rule: 1 to 64 ASCII
-// letters, digits, '_', '-' and '.'.
-func checkName(s string) error {
-	if s == "" {
-		return errors.New("empty")
-	}
-	if len(s) > maxNameLen {
-		return fmt.Errorf("%q is %d bytes long, more than %d", s, len(s), maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("%q has %q: a name is letters, digits, '_', '-' and '.'", s, c)
-		}
-	}
-	return nil
 }
 
 // ruleSrc is a rule as read from the document.
@@ -589,63 +477,6 @@ func (ld *loader) rule(s scope, owner string, v value, plan string) *ruleSrc {
 		}
 	}
 	return r
-}
-
-// rateOf returns the rate of a rule's "rate" value, in tokens per second,
-// within the limiter's bounds.
-func rateOf(v value) (float64, error) {
-	var rate float64
-	if s, ok := v.str(); ok {
-		var err error
-		if rate, err = parseRate(s); err != nil {
-			return 0, err
-		}
-	} else if f, ok := v.number(); ok {
-		rate = f
-	} else {
-		return 0, fmt.Errorf("want a number of tokens per second or a string such as \"100/min\", got %s", v.kind())
-	}
-	if !(rate >= limit.MinRate && rate <= limit.MaxRate) {
-		return 0, fmt.Errorf("%s is %.6g tokens/s, outside [%g, %g]", v.raw, rate, limit.MinRate, float64(limit.MaxRate))
-	}
-	return rate, nil
-}
-
-// parseTier parses a rule's tier, returning the canonical header name for
-// "header:NAME".
-func parseTier(s string) (tierKind, string, error) {
-	switch s {
-	case "user":
-		return tierUser, "", nil
-	case "api_key":
-		return tierAPIKey, "", nil
-	case "ip":
-		return tierIP, "", nil
-	case "endpoint":
-		return tierEndpoint, "", nil
-	case "global":
-		return tierGlobal, "", nil
-	}
-	name, ok := strings.CutPrefix(s, "header:")
-	if !ok {
-		return 0, "", fmt.Errorf("%q is not user, api_key, ip, endpoint, global or header:NAME", s)
-	}
-	if name == "" || len(name) > maxHeaderLen {
-		return 0, "", fmt.Errorf("%q: a header name is 1 to %d bytes", s, maxHeaderLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if !isTokenChar(name[i]) {
-			return 0, "", fmt.Errorf("%q: %q is not a valid header name", s, name)
-		}
-	}
-	return tierHeader, http.CanonicalHeaderKey(name), nil
-}
-
-// isTokenChar reports whether c may be in an HTTP header name (RFC 9110
-// token).
-func isTokenChar(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // resolve sets p.all to its rules with those of the plans it extends,
