@@ -413,20 +413,21 @@ func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 // it fetches on its own as soon as the bucket refilled enough, so it admits
 // its rate whatever the burst.
 func (l *Limiter) due(e *reconcile.Entry, sp *reconcile.Spec, need int64) int64 {
-	return max(need, l.pace(sp, l.r.LeaseSize(e, sp)))
+	return max(need, l.pace(sp, l.r.LeaseSize(e, sp), l.r.Askers(e)))
 }
 
 // pace returns what a saturated key of sp, whose allowance here holds at
 // most size micro-tokens, waits for the bucket to refill before it asks
 // Redis again: as much of size as the bucket refills in fetchPace for each
-// instance of the fleet (N instances that all ask take turns), and at most
-// half the burst, so that the bucket is not full (refilling nothing) while
-// the request is on its way. A saturated key so costs the fleet about one
-// round trip per fetchPace, unless one allowance is refilled faster, and a
-// denial's RetryAfter (to when this much is due) is at most N*fetchPace
-// after a token is due: fetchPace for a single instance.
-func (l *Limiter) pace(sp *reconcile.Spec, size int64) int64 {
-	return min(size, l.r.Refill(sp, fetchPace)*l.r.Instances(), sp.Limit.Burst/2)
+// of the askers instances that ask for the key (N instances that all ask
+// take turns), and at most half the burst, so that the bucket is not full
+// (refilling nothing) while the request is on its way. A saturated key so
+// costs the fleet about one round trip per fetchPace, unless one allowance
+// is refilled faster, and a denial's RetryAfter (to when this much is due)
+// is at most askers*fetchPace after a token is due: fetchPace for an
+// instance alone on the key.
+func (l *Limiter) pace(sp *reconcile.Spec, size, askers int64) int64 {
+	return min(size, l.r.Refill(sp, fetchPace)*askers, sp.Limit.Burst/2)
 }
 
 // fetchPace paces the round trips of a saturated key (see pace): about one

@@ -130,9 +130,11 @@ func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconci
 // takes to reach Redis (Lead). Either is paced as lease fetches are (see
 // pace).
 func (l *Limiter) settleWait(e *reconcile.Entry, sp *reconcile.Spec, cost int64, v local.View, now time.Duration) time.Duration {
-	// Paced, and within this instance's share of a full bucket, which is
-	// the most its share of what the bucket holds can ever bring.
-	pace := min(l.pace(sp, l.r.Cap(sp)), sp.Limit.Burst/(2*l.r.Instances()))
+	// Paced for the whole fleet (an optimistic key's replies cannot tell
+	// whether others spend it: their spending is in no bucket until they
+	// charge it), and within this instance's share of a full bucket, which
+	// is the most its share of what the bucket holds can ever bring.
+	pace := min(l.pace(sp, l.r.Cap(sp), l.r.Instances()), sp.Limit.Burst/(2*l.r.Instances()))
 	unsettled, left := l.r.Unsettled(e), e.Allowance.Load()
 	grant := untilHolds(sp, v, unsettled+l.r.Others(sp)+left+max(cost-left, pace), now)
 	share := l.r.BudgetWait(sp, v.Tokens-unsettled, left, max(cost, pace)) - v.Age(now)

@@ -263,6 +263,7 @@ func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) 
 	if rep.Reset {
 		r.stats.resets.Add(1)
 	}
+	r.observe(e, &s, &rep)
 	e.SetView(local.View{Tokens: rep.Tokens, Seen: r.clock.Now()})
 	granted := rep.Granted
 	if !decided.CompareAndSwap(false, true) && granted > 0 { // the caller gave up

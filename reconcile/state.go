@@ -97,6 +97,10 @@ type State struct {
 	// at least, so that a key's concurrent first requests are served by
 	// one fetch more, not one each.
 	demand atomic.Int64
+	// lastNow and lastTokens are this instance's latest reply for the
+	// key: its Redis time in microseconds (0: none yet) and the tokens it
+	// left in the bucket (see observe).
+	lastNow, lastTokens atomic.Int64
 }
 
 // AddDemand adds d micro-tokens to what the requests waiting for a lease
@@ -115,6 +119,8 @@ const (
 	flagCharging                     // an optimistic key's consumption is being charged, by a round or a fetch
 	flagIdle                         // a round took the key's lease back, untouched: its next fetch is no starvation
 	flagFetching                     // a fetch of the key is on its way
+	flagAlone                        // nobody else wrote the key's bucket between this instance's calls lately (see Askers)
+	flagDoubt                        // and the last reply said otherwise, once
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
