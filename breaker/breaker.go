@@ -3,11 +3,16 @@
 // when to trip, and how state changes are reported.
 //
 // A call counts as a failure when Redis failed or did not answer within the
-// call's own deadline (Config.CallTimeout). It does not count at all when the
-// caller gave up first (its context was cancelled or its own deadline passed),
-// and it counts as a success when Redis answered, even with an error reply
-// (see Answered). An open breaker refuses calls: the limiter then runs in its
-// local fallback mode.
+// call's own deadline. It does not count at all when the caller gave up
+// first (its context was cancelled or its own deadline passed), nor when it
+// ran out of time while Redis answered other calls of the breaker: a busy
+// Redis is not a failed one. It counts as a success when Redis answered,
+// even with an error reply (see Answered). An open breaker refuses calls:
+// the limiter then runs in its local fallback mode.
+//
+// A call's deadline adapts to the latency of the calls that succeeded, as
+// TCP's retransmission timeout does, between Config.CallTimeout and
+// Config.MaxCallTimeout.
 package breaker
 
 import (
@@ -56,6 +61,7 @@ const (
 	DefaultOpenTimeout         = time.Second
 	DefaultHalfOpenProbes      = 1
 	DefaultCallTimeout         = 50 * time.Millisecond
+	DefaultMaxCallTimeout      = 500 * time.Millisecond
 	DefaultName                = "redis"
 )
 
@@ -94,10 +100,18 @@ type Config struct {
 	// Excluded probes (see Breaker.Do) free their place for another. 0 means 1.
 	HalfOpenProbes uint32
 
-	// CallTimeout is the deadline of each call, set on the context passed to
-	// the called function. The call fails when it expires. It must not be
-	// negative. 0 means 50ms.
+	// CallTimeout is the least deadline of a call, set on the context
+	// passed to the called function. The call fails when it expires. It
+	// must not be negative. 0 means 50ms.
 	CallTimeout time.Duration
+
+	// MaxCallTimeout is the most a call's deadline grows to as it adapts to
+	// the latency of the calls that succeeded (see Breaker.DoN): about
+	// their mean plus four deviations, plus the work of the call's size, as
+	// at least CallTimeout. A Redis slower than this is taken for failed.
+	// It must not be negative. 0 means 500ms, or CallTimeout if that is
+	// more; set it to CallTimeout for a fixed deadline.
+	MaxCallTimeout time.Duration
 
 	// OnStateChange, if not nil, is called for every state transition, in
 	// the order they happen, never while a lock is held, so it may call the
@@ -132,21 +146,24 @@ type Counts struct {
 	ConsecutiveSuccesses uint32 // successes since the last failure
 	ConsecutiveFailures  uint32 // failures since the last success
 
-	Trips    uint64 // times the breaker opened
-	Rejected uint64 // calls refused with ErrOpen
+	Trips     uint64 // times the breaker opened
+	Rejected  uint64 // calls refused with ErrOpen
+	Pressured uint64 // calls that ran out of time while others succeeded (excluded)
 }
 
 // Breaker is a circuit breaker. It is safe for concurrent use. Create one
 // with New; the zero Breaker is not usable.
 type Breaker struct {
 	cb            *gobreaker.TwoStepCircuitBreaker[struct{}]
-	callTimeout   time.Duration
+	timeouts      timeouts
 	onStateChange func(from, to State)
 	errOpen       error // ErrOpen with the name, when open
 	errBusy       error // ErrOpen with the name, when the probes are in flight
 
-	trips    atomic.Uint64
-	rejected atomic.Uint64
+	trips     atomic.Uint64
+	rejected  atomic.Uint64
+	pressured atomic.Uint64
+	successes atomic.Uint64 // calls that succeeded: Redis answering
 
 	mu         sync.Mutex   // protects the fields below; taken under gobreaker's lock, never the other way
 	queue      []transition // transitions not yet delivered, from next on
@@ -175,6 +192,8 @@ func New(cfg Config) (*Breaker, error) {
 		return nil, fmt.Errorf("%w: OpenTimeout %v is negative", ErrConfig, cfg.OpenTimeout)
 	case cfg.CallTimeout < 0:
 		return nil, fmt.Errorf("%w: CallTimeout %v is negative", ErrConfig, cfg.CallTimeout)
+	case cfg.MaxCallTimeout < 0:
+		return nil, fmt.Errorf("%w: MaxCallTimeout %v is negative", ErrConfig, cfg.MaxCallTimeout)
 	}
 	consecutive := orDefault(cfg.ConsecutiveFailures, DefaultConsecutiveFailures)
 	ratio := orDefault(cfg.FailureRatio, DefaultFailureRatio)
@@ -182,8 +201,9 @@ func New(cfg Config) (*Breaker, error) {
 	interval := orDefault(cfg.Interval, DefaultInterval)
 	name := orDefault(cfg.Name, DefaultName)
 
+	floor := orDefault(cfg.CallTimeout, DefaultCallTimeout)
 	b := &Breaker{
-		callTimeout:   orDefault(cfg.CallTimeout, DefaultCallTimeout),
+		timeouts:      timeouts{floor: floor, ceiling: max(orDefault(cfg.MaxCallTimeout, DefaultMaxCallTimeout), floor)},
 		onStateChange: cfg.OnStateChange,
 		errOpen:       &openError{msg: "breaker: " + name + ": open"},
 		errBusy:       &openError{msg: "breaker: " + name + ": open (half-open, probes in flight)"},
@@ -220,15 +240,28 @@ func orDefault[T comparable](v, def T) T {
 
 // Do calls f unless the breaker refuses the call, in which case it returns an
 // error wrapping ErrOpen without calling f. f gets a context derived from ctx
-// with the breaker's CallTimeout. Do returns f's error unchanged.
+// with the breaker's call timeout for a call of size 1 (see DoN). Do
+// returns f's error unchanged.
 //
 // The outcome counts as a success when f returns nil or an error marked with
 // Answered. Otherwise, if ctx is done (the caller cancelled, or its own
 // deadline passed), the call is excluded: it counts neither way, and an
-// excluded half-open probe frees its place for another. Any other error,
-// including the expiry of CallTimeout while ctx is live, is a failure. If f
-// panics, the call is a failure and the panic goes on.
+// excluded half-open probe frees its place for another. So is a call whose
+// own deadline expired while other calls of the breaker succeeded (Redis
+// answers, but late: pressure, counted in Counts.Pressured). Any other
+// error, including the expiry of the call's deadline while no other call
+// succeeded, is a failure. If f panics, the call is a failure and the panic
+// goes on.
 func (b *Breaker) Do(ctx context.Context, f func(ctx context.Context) error) error {
+	return b.DoN(ctx, 1, f)
+}
+
+// DoN is Do for a call of size n (the keys it carries, say): its deadline
+// allows for the mean latency of the calls that succeeded lately plus four
+// deviations, at least CallTimeout, and for twice the work its units beyond
+// the first took in them, at most MaxCallTimeout in all (see Timeout). The
+// latency of a call that succeeds is learned from.
+func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) error) error {
 	done, err := b.cb.Allow()
 	if err != nil {
 		b.rejected.Add(1)
@@ -246,26 +279,31 @@ func (b *Breaker) Do(ctx context.Context, f func(ctx context.Context) error) err
 	}()
 	b.deliver() // Allow may have moved the breaker from open to half-open
 
-	callCtx, cancel := context.WithTimeout(ctx, b.callTimeout)
+	n = max(n, 1)
+	answered := b.successes.Load()
+	start := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, b.timeouts.timeout(n))
 	defer cancel()
 	result = errFailure // f panicked
 	err = f(callCtx)
-	result = outcome(ctx, err)
+	switch {
+	case err == nil || isAnswered(err):
+		b.timeouts.observe(n, time.Since(start))
+		b.successes.Add(1)
+		result = nil
+	case ctx.Err() != nil:
+		result = errExcluded
+	case callCtx.Err() != nil && b.successes.Load() != answered:
+		b.pressured.Add(1)
+		result = errExcluded
+	default:
+		result = errFailure
+	}
 	return err
 }
 
-// outcome maps the error of a call to what gobreaker counts: nil for a
-// success, errExcluded or errFailure.
-func outcome(ctx context.Context, err error) error {
-	switch {
-	case err == nil || isAnswered(err):
-		return nil
-	case ctx.Err() != nil:
-		return errExcluded
-	default:
-		return errFailure
-	}
-}
+// Timeout returns the deadline the breaker gives a call of size n now.
+func (b *Breaker) Timeout(n int) time.Duration { return b.timeouts.timeout(max(n, 1)) }
 
 // State returns the current state of the breaker. An open breaker whose
 // OpenTimeout has passed becomes half-open when State, Counts or Do first
@@ -291,6 +329,7 @@ func (b *Breaker) Counts() Counts {
 		ConsecutiveFailures:  c.ConsecutiveFailures,
 		Trips:                b.trips.Load(),
 		Rejected:             b.rejected.Load(),
+		Pressured:            b.pressured.Load(),
 	}
 }
 

@@ -778,6 +778,8 @@ func TestNewValidates(t *testing.T) {
 		{"negative Interval", breaker.Config{Interval: -time.Second}, false},
 		{"negative OpenTimeout", breaker.Config{OpenTimeout: -1}, false},
 		{"negative CallTimeout", breaker.Config{CallTimeout: -time.Millisecond}, false},
+		{"negative MaxCallTimeout", breaker.Config{MaxCallTimeout: -time.Millisecond}, false},
+		{"MaxCallTimeout below CallTimeout", breaker.Config{CallTimeout: time.Second, MaxCallTimeout: time.Millisecond}, true},
 	}
 	for _, tt := range tests {
 		b, err := breaker.New(tt.cfg)

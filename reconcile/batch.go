@@ -135,7 +135,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter) {
 	}
 	r.stats.batches.Add(1)
 	r.stats.batched.Add(uint64(len(batch)))
-	err := r.call(context.Background(), n, func(ctx context.Context) error {
+	err := r.call(context.Background(), n, len(sets), func(ctx context.Context) error {
 		if err := r.st.Settle(ctx, sets, replies); err != nil {
 			return err
 		}

@@ -30,8 +30,8 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		// applied, would leave the bucket this fetch is answered from
 		// fuller than it is, and its budget or grant would count the
 		// tokens that charge takes.
-		if !r.awaitCharge(e) {
-			return fmt.Errorf("reconcile: fetch %q: a round charging the key: %w within %v", e.Key(), ErrNoAnswer, r.callTimeout)
+		if wait, ok := r.awaitCharge(e); !ok {
+			return fmt.Errorf("reconcile: fetch %q: a round charging the key: %w within %v", e.Key(), ErrNoAnswer, wait)
 		}
 		defer e.X.releaseCharge()
 	}
@@ -165,22 +165,24 @@ func (r *Reconciler) adopt(s *global.Settlement, sp *Spec) {
 
 // awaitCharge claims the charging of e's key (State.claimCharge), waiting
 // while a round holds it until the round's reply has been applied, at most
-// the breakers' call timeout, and reports whether it did.
-func (r *Reconciler) awaitCharge(e *Entry) bool {
+// the deadline of a round's call to the key's node, and reports whether it
+// did, with how long it would wait.
+func (r *Reconciler) awaitCharge(e *Entry) (time.Duration, bool) {
 	if e.X.claimCharge() {
-		return true
+		return 0, true
 	}
-	t := time.NewTimer(r.callTimeout)
+	wait := r.nodeOf(done, e.Key()).br.Timeout(maxBatch)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		ch := *r.applied.Load() // before the claim: a reply applied after this closes ch
 		if e.X.claimCharge() {
-			return true
+			return wait, true
 		}
 		select {
 		case <-ch:
 		case <-t.C:
-			return false
+			return wait, false
 		}
 	}
 }

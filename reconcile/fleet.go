@@ -62,7 +62,7 @@ func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err err
 		nd = r.node(r.router.FleetNode(lctx))
 		cancel()
 	}
-	err = r.call(ctx, nd, func(ctx context.Context) error {
+	err = r.call(ctx, nd, 1, func(ctx context.Context) error {
 		var err error
 		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		return err
@@ -107,15 +107,15 @@ func (r *Reconciler) recount() {
 func (r *Reconciler) young() bool { return r.beats.Load() < youngBeats }
 
 // awaitCount waits until the first heartbeat has counted the fleet (or
-// failed), at most the breakers' call timeout: a budget shared out before it
-// would be shared as if this instance were alone.
+// failed), at most the deadline of a heartbeat: a budget shared out before
+// it would be shared as if this instance were alone.
 func (r *Reconciler) awaitCount() {
 	select {
 	case <-r.counted:
 		return
 	default:
 	}
-	t := time.NewTimer(r.callTimeout)
+	t := time.NewTimer(r.def.br.Timeout(1))
 	defer t.Stop()
 	select {
 	case <-r.counted:

@@ -75,7 +75,7 @@ func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Sett
 		s, rep := sets[lo:hi], replies[lo:hi]
 		clear(rep)
 		start := r.clock.Now()
-		err := r.call(ctx, n, func(ctx context.Context) error {
+		err := r.call(ctx, n, len(s), func(ctx context.Context) error {
 			if err := r.st.Settle(ctx, s, rep); err != nil {
 				return err
 			}

@@ -174,19 +174,21 @@ func (r *Reconciler) Do(ctx context.Context, key string, f func(ctx context.Cont
 		n = r.nodeOf(lctx, key)
 		cancel()
 	}
-	return r.call(ctx, n, f)
+	return r.call(ctx, n, 1, f)
 }
 
 // calls counts the round trips to Redis under way in this process, of
 // every Reconciler (see Busy).
 var calls atomic.Int32
 
-// call makes f, a round trip to node n, through n's breaker, counted in
-// calls while it is under way.
-func (r *Reconciler) call(ctx context.Context, n *node, f func(ctx context.Context) error) error {
+// call makes f, a round trip to node n that carries keys settlements (1
+// for a heartbeat), through n's breaker, whose deadline for it adapts to
+// the latency of the calls before (breaker.Breaker.DoN), counted in calls
+// while it is under way.
+func (r *Reconciler) call(ctx context.Context, n *node, keys int, f func(ctx context.Context) error) error {
 	calls.Add(1)
 	defer calls.Add(-1)
-	return n.br.Do(ctx, f)
+	return n.br.DoN(ctx, keys, f)
 }
 
 // Busy reports whether a round trip to Redis is under way in this process,
