@@ -62,6 +62,7 @@ type Stats struct {
 	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
 	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
 	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
+	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -138,6 +139,10 @@ func (r *Reconciler) Stats() Stats {
 	}
 	s.Nodes = r.nodeStates()
 	s.Breaker = worst(s.Nodes)
+	s.Pressured = r.def.br.Counts().Pressured
+	for _, n := range *r.nodes.Load() {
+		s.Pressured += n.br.Counts().Pressured
+	}
 	for from := range nStates {
 		for to := range nStates {
 			s.BreakerTransitions[from][to] = r.stats.byTransition[from][to].Load()
