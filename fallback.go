@@ -2,7 +2,9 @@ package hybrid
 
 import (
 	"fmt"
+	"time"
 
+	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -31,7 +33,11 @@ var (
 	// LocalShare (the default) gives each instance its share of every
 	// limit: rate R/N and burst B/N (at least the cost of the request),
 	// with N the live instances last counted through Redis (or
-	// Config.Instances).
+	// Config.Instances). A key's share starts from what the instance last
+	// saw its global bucket hold, refilled since (1/N of it, as a bucket of
+	// burst B/N), not from a full burst: a fleet whose Redis fails mid-run
+	// goes on at the limit's rate rather than admit a burst more. A key
+	// this instance never saw starts full.
 	LocalShare = Fallback{kind: localShare}
 	// FailOpen admits every request.
 	FailOpen = Fallback{kind: failOpen}
@@ -78,6 +84,21 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 	return local.Limit{Rate: max(sp.Limit.Rate/n, 1), Burst: max(sp.Limit.Burst/n, local.Micro)}
 }
 
+// seed returns what e's local bucket starts with under the fallback policy
+// after a view of the global bucket (see local.Entry.TakeFrom): under
+// LocalShare, this instance's share of what the global bucket held at the
+// last view, refilled since at the share's rate; a full share for a key
+// never seen, and under Static.
+func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration) int64 {
+	v := e.View()
+	if l.fb.kind != localShare || v.Seen == 0 {
+		return share.Burst
+	}
+	held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
+	refill, _ := limit.Refill(v.Age(now), share.Rate, 0) // at most MaxInt64
+	return held + min(refill, share.Burst-held)
+}
+
 // fallback decides a request for cost micro-tokens by the fallback policy.
 // e may be nil when the key could not keep an entry; then the local bucket
 // is not available and LocalShare and Static deny.
@@ -93,7 +114,7 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 			share := l.shareOf(sp)
 			share.Burst = max(share.Burst, cost)
 			now := l.clock.Now()
-			ok = e.TakeAt(now, share, cost)
+			ok = e.TakeFrom(now, share, cost, l.seed(e, sp, share, now))
 			b := e.Bucket(now, share)
 			res.Remaining = b.Remaining(now, share)
 			res.ResetAfter = b.ResetAfter(now, share)

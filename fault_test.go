@@ -162,6 +162,48 @@ func TestOutageLocalShare(t *testing.T) {
 	})
 }
 
+// TestOutageMidRun: 4 instances ask for a key of R=100/s B=100 at 4x its
+// limit when every link to Redis is cut, mid-run: the fallback's shares
+// start from what each instance last saw the bucket hold (nearly nothing:
+// the key is saturated), not from a fresh B/N each, so over the whole run
+// the fleet admits B + R*T, not a burst more (it admitted 595 of 500 when
+// each share started full).
+func TestOutageMidRun(t *testing.T) {
+	const (
+		n      = 4
+		rate   = 100
+		burst  = 100
+		gap    = 10 * time.Millisecond // each instance asks for 100/s, 4x its share
+		before = 2 * time.Second
+		outage = 2 * time.Second
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst}
+	inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		settle(time.Second) // heartbeats: every instance counts the fleet
+		start := time.Now()
+		var admitted, fallback int64
+		count := func(ws []window) {
+			for _, w := range ws {
+				admitted += w.allowed
+				fallback += w.bySource[hybrid.SourceFallback]
+			}
+		}
+		count(each(t, f, "hot", lim, gap, before, nil))
+		f.setDown(true)
+		count(each(t, f, "hot", lim, gap, outage, nil))
+		elapsed := time.Since(start)
+		f.setDown(false)
+		bound := burst + rate*elapsed.Seconds()
+		t.Logf("admitted %d over %v (%d by the fallback), B + R*T %.0f", admitted, elapsed, fallback, bound)
+		if float64(admitted) > bound {
+			t.Errorf("admitted %d over %v, above B + R*T %.0f", admitted, elapsed, bound)
+		}
+		if float64(admitted) < 0.9*bound || fallback < rate {
+			t.Errorf("admitted %d over %v (%d by the fallback), want about B + R*T %.0f, a second's rate or more by the fallback", admitted, elapsed, fallback, bound)
+		}
+	})
+}
+
 // TestOutagePolicies: each fallback policy over the same outage: one
 // instance asks for a key limited to R=10/s B=10 every 10ms for 1s with its
 // link cut. What the policy admitted is charged once Redis is back.
