@@ -140,7 +140,12 @@ type Limiter struct {
 }
 
 // New returns a Limiter that keeps its global buckets in rdb (a standalone
-// Redis, Sentinel or Redis Cluster client) and starts its reconciler.
+// Redis, Sentinel or Redis Cluster client) and starts its reconciler. The
+// client the service uses already will do: a settlement its own retries
+// send again is applied once, or, for a decision, errs towards denying. It
+// should have ContextTimeoutEnabled, so that the limiter's call deadlines
+// reach the socket; New logs one warning on cfg.Logger when a client whose
+// options it can read does not.
 func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 	g, err := global.New(rdb, global.Config{Prefix: cfg.Prefix})
 	if err != nil {
@@ -149,6 +154,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 	if err := cfg.Fallback.check(); err != nil {
 		return nil, err
 	}
+	checkClient(rdb, cfg.Logger)
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
 		LocalCapacity: cfg.LocalCapacity,

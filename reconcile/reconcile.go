@@ -431,13 +431,16 @@ func (r *Reconciler) Return(key string, sp *Spec, n int64) { r.addOrphan(key, sp
 // applied (the breaker refused it, the connection could not be made, Redis
 // answered with an error) is left for the next round, as Return does; one
 // whose reply was lost may have been applied, and is dropped: applied twice,
-// it would let the fleet admit more than the bucket.
+// it would let the fleet admit more than the bucket. It is numbered, as
+// fetches are, so that a client that sends it again itself (go-redis's own
+// retries, after a connection reset) does not give it back twice.
 func (r *Reconciler) ReturnNow(key string, sp *Spec, n int64) {
 	if r.Closed() {
 		r.Return(key, sp, n)
 		return
 	}
-	if _, err := r.settleOne(global.Settlement{Key: key, Limit: sp.Limit, Returned: n}); err != nil && !mayBeApplied(err) {
+	s := global.Settlement{Key: key, Limit: sp.Limit, Returned: n, Instance: r.fetchID, Seq: r.fetchSeq.Add(1)}
+	if _, err := r.settleOne(s); err != nil && !mayBeApplied(err) {
 		r.Return(key, sp, n)
 	}
 }
