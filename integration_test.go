@@ -600,7 +600,14 @@ type itInstance struct {
 // its own (newITClient).
 func newITInstance(t *testing.T, addr string, cfg hybrid.Config, bc breaker.Config, id string) *itInstance {
 	t.Helper()
-	in := &itInstance{rdb: newITClient(addr), states: newTransitions()}
+	return newITInstanceOn(t, newITClient(addr), cfg, bc, id)
+}
+
+// newITInstanceOn is newITInstance on the client rdb, which it closes at
+// cleanup.
+func newITInstanceOn(t *testing.T, rdb *redis.Client, cfg hybrid.Config, bc breaker.Config, id string) *itInstance {
+	t.Helper()
+	in := &itInstance{rdb: rdb, states: newTransitions()}
 	bc.OnStateChange = in.states.record
 	cfg.Breaker = bc
 	cfg.InstanceID = id
