@@ -1,11 +1,11 @@
 // Package redistest starts real redis-server processes on loopback ports for
 // integration tests and benchmarks, and stops them by pid.
 //
-// It has two layers. Start and StartCluster manage processes; they take no
-// testing.TB and use no Redis client (proc.go and cluster.go import neither),
-// so a command-line tool can use them to start, crash (Kill) and restart a
-// server. Server, Cluster, Client and
-// ClusterClient wrap them for tests: they skip when Redis is not installed
+// It has two layers. Start, StartCluster and StartSentinel manage processes;
+// they take no testing.TB and use no Redis client (proc.go, cluster.go and
+// sentinel.go import neither), so a command-line tool can use them to
+// start, crash (Kill) and restart a server. Server, Cluster, Sentinel,
+// Client, ClusterClient and FailoverClient wrap them for tests: they skip when Redis is not installed
 // (fail when HYBRID_REQUIRE_REDIS=1), honour REDIS_ADDR and
 // REDIS_CLUSTER_ADDRS, and clean up with tb.Cleanup.
 //

@@ -96,6 +96,50 @@ func ClusterWith(tb testing.TB, opts ClusterOptions) *ClusterProc {
 	return c
 }
 
+// Sentinel returns a master with two replicas and three sentinels for tb
+// (StartSentinel), stopped at cleanup. It always starts its own. Without
+// redis-server on PATH it skips tb, or fails it when Required; redis-sentinel
+// is used when on PATH but not needed.
+func Sentinel(tb testing.TB) *SentinelProc {
+	tb.Helper()
+	return SentinelWith(tb, SentinelOptions{})
+}
+
+// SentinelWith is Sentinel with opts.
+func SentinelWith(tb testing.TB, opts SentinelOptions) *SentinelProc {
+	tb.Helper()
+	need(tb, "redis-server")
+	s, err := StartSentinel(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return s
+}
+
+// FailoverClient returns a go-redis failover client of s, which finds the
+// master through the sentinels, closed at cleanup. It does not retry
+// (MaxRetries -1), so a command sent while the master is down fails; and it
+// dials the sentinels and the master they name through LoopbackDialer, which
+// go-redis uses for both. go-redis disables maintenance notifications on
+// its own for failover clients (FailoverOptions has no field for them).
+func FailoverClient(tb testing.TB, s *SentinelProc) *redis.Client {
+	tb.Helper()
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            MasterName,
+		SentinelAddrs:         s.SentinelAddrs(),
+		Dialer:                LoopbackDialer(5 * time.Second),
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+	})
+	tb.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 // Client returns a client of p, closed at cleanup.
 func Client(tb testing.TB, p *Proc) *redis.Client {
 	tb.Helper()
