@@ -225,6 +225,9 @@ func (l *Limiter) together(ctx context.Context, d *Decision, taken []Reservation
 	if err != nil {
 		return taken, false
 	}
+	for i := range replies {
+		l.r.Took(ms[i].sp, &sets[i], &replies[i]) // if Redis loses the write, charged again
+	}
 	granted := replies[0].Granted > 0
 	if !granted {
 		short := false

@@ -87,15 +87,20 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 // seed returns what e's local bucket starts with under the fallback policy
 // after a view of the global bucket (see local.Entry.TakeFrom): under
 // LocalShare, this instance's share of what the global bucket held at the
-// last view, refilled since at the share's rate; a full share for a key
-// never seen, and under Static.
+// last view, refilled at the share's rate since the outage began (or the
+// view, if later); a full share for a key never seen, and under Static. The
+// refill between the view and the outage is not counted: on a busy key the
+// other instances took it, and counting it would let the fleet admit what
+// they did twice; on a key idle since its view, the share starts that much
+// lower, towards denying.
 func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration) int64 {
 	v := e.View()
 	if l.fb.kind != localShare || v.Seen == 0 {
 		return share.Burst
 	}
 	held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
-	refill, _ := limit.Refill(v.Age(now), share.Rate, 0) // at most MaxInt64
+	from := max(v.Seen, l.r.DegradedSince(e.Key()))
+	refill, _ := limit.Refill(max(now-from, 0), share.Rate, 0) // at most MaxInt64
 	return held + min(refill, share.Burst-held)
 }
 

@@ -167,6 +167,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		if rep, err = l.r.SettleNow(ctx, s); err == nil {
 			err = rep.Err
 		}
+		l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -61,11 +61,22 @@ func (l *Limiter) FleetKey() string {
 // (both checked before Redis is touched), or ErrReply for a reply that is
 // not two integers in range; others come from Redis.
 func (l *Limiter) Heartbeat(ctx context.Context, id string, ttl time.Duration) (live int, now time.Time, err error) {
-	live, now, err = l.beat(ctx, id, ttl, false)
+	live, now, _, err = l.HeartbeatWas(ctx, id, ttl)
+	return live, now, err
+}
+
+// HeartbeatWas is Heartbeat that also returns the time of id's beat before
+// this one as Redis held it (zero if it held none: a first beat, an instance
+// dropped for silence, or a Redis that lost the fleet set). An instance whose
+// last beat was later than that talks to a Redis that lost its writes since
+// then: a failover to a replica that lagged, a restart from an older
+// snapshot.
+func (l *Limiter) HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error) {
+	live, now, was, err = l.beat(ctx, id, ttl, false)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("global: heartbeat %q: %w", id, err)
+		return 0, time.Time{}, time.Time{}, fmt.Errorf("global: heartbeat %q: %w", id, err)
 	}
-	return live, now, nil
+	return live, now, was, nil
 }
 
 // Leave removes the instance id from the fleet at once, so that the others
@@ -74,7 +85,7 @@ func (l *Limiter) Heartbeat(ctx context.Context, id string, ttl time.Duration) (
 // twice, or without a beat, is not an error. Call it when an instance shuts
 // down, with the ttl it beat with. Its errors are those of Heartbeat.
 func (l *Limiter) Leave(ctx context.Context, id string, ttl time.Duration) (live int, err error) {
-	live, _, err = l.beat(ctx, id, ttl, true)
+	live, _, _, err = l.beat(ctx, id, ttl, true)
 	if err != nil {
 		return 0, fmt.Errorf("global: leave %q: %w", id, err)
 	}
@@ -82,10 +93,10 @@ func (l *Limiter) Leave(ctx context.Context, id string, ttl time.Duration) (live
 }
 
 // beat runs the heartbeat script once.
-func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave bool) (int, time.Time, error) {
+func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave bool) (int, time.Time, time.Time, error) {
 	ms, err := checkBeat(id, ttl)
 	if err != nil {
-		return 0, time.Time{}, err
+		return 0, time.Time{}, time.Time{}, err
 	}
 	flag, minLive := 0, int64(1) // a beat counts itself
 	if leave {
@@ -93,10 +104,10 @@ func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave 
 	}
 	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey}, id, ms, flag).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 2 integers", ErrReply)
+		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
 	}
 	if err != nil {
-		return 0, time.Time{}, err
+		return 0, time.Time{}, time.Time{}, err
 	}
 	return parseFleetReply(v, minLive)
 }
@@ -119,28 +130,35 @@ func checkBeat(id string, ttl time.Duration) (int64, error) {
 // parseFleetReply reads the script's reply {live, now_ms}, in which live is
 // at least minLive. It never panics: anything else is an error wrapping
 // ErrReply.
-func parseFleetReply(v any, minLive int64) (int, time.Time, error) {
+func parseFleetReply(v any, minLive int64) (int, time.Time, time.Time, error) {
+	var zero time.Time
 	a, ok := v.([]any)
 	if !ok {
-		return 0, time.Time{}, fmt.Errorf("%w: got %T, want 2 integers", ErrReply, v)
+		return 0, zero, zero, fmt.Errorf("%w: got %T, want 3 integers", ErrReply, v)
 	}
-	if len(a) != 2 {
-		return 0, time.Time{}, fmt.Errorf("%w: got %d values, want 2 integers", ErrReply, len(a))
+	if len(a) != 3 {
+		return 0, zero, zero, fmt.Errorf("%w: got %d values, want 3 integers", ErrReply, len(a))
 	}
-	var x [2]int64
+	var x [3]int64
 	for i, e := range a {
 		n, ok := e.(int64)
 		if !ok {
-			return 0, time.Time{}, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
+			return 0, zero, zero, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
 		}
 		x[i] = n
 	}
-	live, now := x[0], x[1]
+	live, now, was := x[0], x[1], x[2]
 	switch {
 	case live < minLive || live > maxLive:
-		return 0, time.Time{}, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
+		return 0, zero, zero, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
 	case now < 0 || now > maxAmount:
-		return 0, time.Time{}, fmt.Errorf("%w: time %d ms is outside [0, 2^53)", ErrReply, now)
+		return 0, zero, zero, fmt.Errorf("%w: time %d ms is outside [0, 2^53)", ErrReply, now)
+	case was < 0 || was > maxAmount:
+		return 0, zero, zero, fmt.Errorf("%w: last beat %d ms is outside [0, 2^53)", ErrReply, was)
 	}
-	return int(live), time.UnixMilli(now), nil
+	var wasT time.Time
+	if was > 0 {
+		wasT = time.UnixMilli(was)
+	}
+	return int(live), time.UnixMilli(now), wasT, nil
 }

@@ -209,13 +209,14 @@ func FuzzParseReply(f *testing.F) {
 		}
 
 		ml := int64(max(minLive, 0))
-		live, now, err := parseFleetReply(v, ml)
+		live, now, was, err := parseFleetReply(v, ml)
 		if err != nil {
-			if !errors.Is(err, ErrReply) || live != 0 || !now.IsZero() {
-				t.Fatalf("parseFleetReply(%#v) = %d, %v, %v; want 0, the zero Time and ErrReply", v, live, now, err)
+			if !errors.Is(err, ErrReply) || live != 0 || !now.IsZero() || !was.IsZero() {
+				t.Fatalf("parseFleetReply(%#v) = %d, %v, %v, %v; want 0, zero times and ErrReply", v, live, now, was, err)
 			}
-		} else if int64(live) < ml || live > maxLive || now.UnixMilli() < 0 || now.UnixMilli() > maxAmount {
-			t.Fatalf("parseFleetReply(%#v, %d) = %d, %v: out of bounds", v, ml, live, now)
+		} else if int64(live) < ml || live > maxLive || now.UnixMilli() < 0 || now.UnixMilli() > maxAmount ||
+			was.UnixMilli() < 0 || was.UnixMilli() > maxAmount {
+			t.Fatalf("parseFleetReply(%#v, %d) = %d, %v, %v: out of bounds", v, ml, live, now, was)
 		}
 	})
 }

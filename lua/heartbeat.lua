@@ -14,15 +14,20 @@
 --            ttl_ms  how long a beat keeps an instance live, an integer in
 --                    [1, 2^40]
 --            leave   "0" to beat, "1" to remove id instead
--- returns  {live, now_ms}, both integers:
+-- returns  {live, now_ms, was_ms}, all integers:
 --            live    instances heard from within ttl_ms of now, after the
 --                    call (so at least 1 after a beat)
 --            now_ms  Redis TIME in milliseconds, rounded down
+--            was_ms  id's score before the call, 0 if it had none: an
+--                    instance that finds an older beat than its last one
+--                    talks to a Redis that lost its writes since (a
+--                    failover to a replica that lagged, say)
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read;
 --          WRONGTYPE when KEYS[1] holds something other than a sorted set,
 --          before anything is written.
 --
 -- One call, with now from Redis TIME:
+--   0. was = id's score (ZSCORE), 0 if none
 --   1. a beat sets id's score to now (ZADD); leave removes id (ZREM)
 --   2. every member whose score is at or below now - ttl_ms is removed
 --      (ZREMRANGEBYSCORE): a beat counts for ttl_ms and no longer
@@ -70,6 +75,8 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 -- 1. Beat or leave.
+local was = tonumber(redis.call('ZSCORE', key, id)) or 0
+
 if leave == '1' then
   redis.call('ZREM', key, id)
 else
@@ -91,4 +98,4 @@ if live > 0 then
   redis.call('PEXPIRE', key, string.format('%.0f', expire))
 end
 
-return {live, now}
+return {live, now, was}

@@ -77,23 +77,24 @@ func TestHeartbeatRejectsArguments(t *testing.T) {
 	})
 }
 
-// beat runs the script once and returns {live, now_ms}.
-func beat(t *testing.T, rdb *redis.Client, key, id string, ttlMS int64, leave int) (live, now int64) {
+// beat runs the script once and returns {live, now_ms, was_ms}.
+func beat(t *testing.T, rdb *redis.Client, key, id string, ttlMS int64, leave int) (live, now, was int64) {
 	t.Helper()
 	v, err := rdb.Eval(t.Context(), lua.Heartbeat, []string{key}, id, ttlMS, leave).Result()
 	if err != nil {
 		t.Fatalf("EVAL(%s, %d, %d): %v", id, ttlMS, leave, err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 2 integers", id, ttlMS, leave, v)
+	if !ok || len(a) != 3 {
+		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 3 integers", id, ttlMS, leave, v)
 	}
 	live, ok1 := a[0].(int64)
 	now, ok2 := a[1].(int64)
-	if !ok1 || !ok2 {
-		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 2 integers", id, ttlMS, leave, v)
+	was, ok3 := a[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 3 integers", id, ttlMS, leave, v)
 	}
-	return live, now
+	return live, now, was
 }
 
 // members returns the members of the sorted set key with their scores, as
@@ -157,9 +158,13 @@ func TestHeartbeatSteps(t *testing.T) {
 	}
 	for i, s := range steps {
 		m.SetTime(start.Add(s.at))
-		live, now := beat(t, rdb, "fleet", s.id, s.ttl, s.leave)
-		if want := start.Add(s.at).UnixMilli(); live != s.live || now != want {
-			t.Errorf("step %d: EVAL(t+%v, %s, %d, %d) = {%d, %d}, want {%d, %d}", i, s.at, s.id, s.ttl, s.leave, live, now, s.live, want)
+		before, err := rdb.ZScore(t.Context(), "fleet", s.id).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		live, now, was := beat(t, rdb, "fleet", s.id, s.ttl, s.leave)
+		if want := start.Add(s.at).UnixMilli(); live != s.live || now != want || was != int64(before) {
+			t.Errorf("step %d: EVAL(t+%v, %s, %d, %d) = {%d, %d, %d}, want {%d, %d, %.0f}", i, s.at, s.id, s.ttl, s.leave, live, now, was, s.live, want, before)
 		}
 		if got := members(t, rdb, "fleet"); got != s.members {
 			t.Errorf("step %d: members %q, want %q", i, got, s.members)
@@ -190,8 +195,8 @@ func TestHeartbeatReaps(t *testing.T) {
 		if err := b.rdb.ZAdd(ctx, key, plant...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		live, got := beat(t, b.rdb, key, "me", ttl, 0)
-		if live != 3 || got < now || got > now+10_000 {
+		live, got, was := beat(t, b.rdb, key, "me", ttl, 0)
+		if live != 3 || got < now || got > now+10_000 || was != 0 {
 			t.Errorf("EVAL(me) = {%d, %d}, want {3, about %d}", live, got, now)
 		}
 		zs, err := b.rdb.ZRange(ctx, key, 0, -1).Result()
@@ -204,7 +209,7 @@ func TestHeartbeatReaps(t *testing.T) {
 		if d := pttl(ctx, t, b, key); d < 2*ttl-1000 || d > 2*ttl {
 			t.Errorf("TTL %d ms, want %d", d, 2*ttl)
 		}
-		if live, _ := beat(t, b.rdb, key, "live", ttl, 1); live != 2 {
+		if live, _, _ := beat(t, b.rdb, key, "live", ttl, 1); live != 2 {
 			t.Errorf("EVAL(leave live) = %d live, want 2", live)
 		}
 	})

@@ -117,7 +117,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
 	}
-	rep, err := r.settleOne(s)
+	rep, err := r.settleOne(sp, s)
 	if err != nil {
 		switch {
 		case s.Seq > 0 && (resend || mayBeApplied(err)):
@@ -199,10 +199,10 @@ func (r *Reconciler) fetchDoubt(d doubt) {
 	r.mu.Unlock()
 }
 
-// settleOne settles s now, in the batch of its node (SettleNow), and counts
-// a failure. s takes nothing out of its entry (it charges and gives back
+// settleOne settles s, of a key of sp, now, in the batch of its node
+// (SettleNow), and counts a failure, or records what it took (Took). s takes nothing out of its entry (it charges and gives back
 // nothing), so a failure has nothing to put back.
-func (r *Reconciler) settleOne(s global.Settlement) (global.Reply, error) {
+func (r *Reconciler) settleOne(sp *Spec, s global.Settlement) (global.Reply, error) {
 	rep, err := r.SettleNow(context.Background(), s)
 	if err == nil {
 		err = rep.Err
@@ -210,8 +210,10 @@ func (r *Reconciler) settleOne(s global.Settlement) (global.Reply, error) {
 	if err != nil {
 		r.stats.fetchErrors.Add(1)
 		r.stats.keyErrors.Add(1)
+		return rep, err
 	}
-	return rep, err
+	r.Took(sp, &s, &rep)
+	return rep, nil
 }
 
 // Take asks Redis for cost micro-tokens of e's key for one request alone,
@@ -256,7 +258,7 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) (bool, error) {
 	r.stats.fetches.Add(1)
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Want: cost, MinGrant: cost, Quantum: local.Micro}
-	rep, err := r.settleOne(s)
+	rep, err := r.settleOne(sp, s)
 	if err != nil {
 		decided.Store(true)
 		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), err)

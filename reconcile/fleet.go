@@ -62,15 +62,24 @@ func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err err
 		nd = r.node(r.router.FleetNode(lctx))
 		cancel()
 	}
+	var was time.Time
 	err = r.call(ctx, nd, 1, func(ctx context.Context) error {
 		var err error
-		live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		if w, ok := r.st.(witness); ok {
+			live, now, was, err = w.HeartbeatWas(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		} else {
+			live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		}
 		return err
 	})
 	if err != nil {
 		r.stats.heartbeatErrors.Add(1)
+		return live, now, err
 	}
-	return live, now, err
+	if _, ok := r.st.(witness); ok {
+		r.witnessed(now, was)
+	}
+	return live, now, nil
 }
 
 // youngBeats is how many of an instance's first heartbeats come a

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/hybridlimit/hybrid/breaker"
 )
@@ -162,6 +163,13 @@ func (r *Reconciler) DegradedKey(key string) bool {
 		return false // every breaker is closed: no lookup
 	}
 	return r.nodeOf(done, key).degraded.Load()
+}
+
+// DegradedSince returns the clock reading at which the breaker of the node
+// that holds key's bucket last left the closed state, as far as known
+// without waiting: the start of the outage the fallback policy decides in.
+func (r *Reconciler) DegradedSince(key string) time.Duration {
+	return time.Duration(r.nodeOf(done, key).openedAt.Load())
 }
 
 // Do calls f through the breaker of the node that holds key's bucket, as

@@ -169,6 +169,9 @@ type Reconciler struct {
 	seq         int64           // the last Settlement.Seq given
 	fetchID     string          // Settlement.Instance of the fetches: dedup + ".f"
 	fetchSeq    atomic.Int64    // the last Seq given to a fetch
+	journal     journal         // what the settlements took lately (losses.go)
+	lossMu      sync.Mutex      // serialises witnessed
+	lastBeat    time.Time       // Redis time of the last heartbeat handled, under lossMu
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made
@@ -440,7 +443,7 @@ func (r *Reconciler) ReturnNow(key string, sp *Spec, n int64) {
 		return
 	}
 	s := global.Settlement{Key: key, Limit: sp.Limit, Returned: n, Instance: r.fetchID, Seq: r.fetchSeq.Add(1)}
-	if _, err := r.settleOne(s); err != nil && !mayBeApplied(err) {
+	if _, err := r.settleOne(sp, s); err != nil && !mayBeApplied(err) {
 		r.Return(key, sp, n)
 	}
 }

@@ -273,6 +273,7 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 		if rep.Duplicate {
 			r.stats.duplicates.Add(1)
 		}
+		r.Took(o.sp, s, rep)
 		if r.apply(s, o, rep, end) {
 			r.hold(o.e)
 		}

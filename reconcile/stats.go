@@ -23,6 +23,7 @@ type counters struct {
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
 	batches, batched       atomic.Uint64
+	losses, recharged      atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
 	heard                  atomic.Int64 // live instances the last heartbeat counted
@@ -63,6 +64,8 @@ type Stats struct {
 	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
 	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
+	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
+	Recharged       uint64        // micro-tokens charged again after those losses: what this instance's settlements had taken since
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -129,6 +132,8 @@ func (r *Reconciler) Stats() Stats {
 		InFlight:        int(inFlight),
 		Batches:         r.stats.batches.Load(),
 		Batched:         r.stats.batched.Load(),
+		Losses:          r.stats.losses.Load(),
+		Recharged:       r.stats.recharged.Load(),
 		LocalAllowed:    r.stats.localAllowed.Load(),
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),

@@ -1,0 +1,260 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/internal/redistest"
+)
+
+// The failover cases: a Sentinel set (a master, two replicas, three
+// sentinels on loopback) under a fleet of 8 Limiters, each on a failover
+// client of its own, asking for one hot key at 4x its limit while the
+// master is killed (SIGKILL) or handed over (SENTINEL FAILOVER).
+
+const (
+	foInstances = 8
+	foWorkers   = 2                    // goroutines per Limiter
+	foGap       = 4 * time.Millisecond // between one goroutine's requests: 4000/s for the fleet
+	foBefore    = 1500 * time.Millisecond
+	foAfter     = 1500 * time.Millisecond // of normal running after every breaker closed again
+)
+
+// foLimit is the hot key's limit: the fleet asks for 4x its rate.
+var foLimit = hybrid.Limit{Rate: 1000, Burst: 1000}
+
+// foDecision is one decision of a failover run.
+type foDecision struct {
+	at      time.Time
+	lat     time.Duration
+	allowed bool
+	source  hybrid.Source
+	err     error
+}
+
+// foResult is what a failover run measured.
+type foResult struct {
+	decisions         []foDecision
+	start, end        time.Time
+	fault, promoted   time.Time // the kill or handover; the new master serving
+	degraded, normal  time.Time // the first breaker leaving closed; every breaker closed again
+	losses, recharged uint64    // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
+	overshoot         float64   // Limiter.Overshoot of the limit, for the fleet
+}
+
+// TestFailoverSentinel: the master of a Sentinel set killed with SIGKILL,
+// in lease, optimistic and exact modes, and handed over by SENTINEL
+// FAILOVER in lease mode. No caller sees an error; decisions keep their
+// bound while the fleet has no master; lease mode admits at most B + R*T
+// over the run (counted by the callers), the fallback's shares starting
+// from what each instance last saw; every instance is normal again soon
+// after the promotion.
+func TestFailoverSentinel(t *testing.T) {
+	cases := []struct {
+		mode   hybrid.Mode
+		manual bool
+	}{
+		{hybrid.Lease, false},
+		{hybrid.Optimistic, false},
+		{hybrid.Exact, false},
+		{hybrid.Lease, true},
+	}
+	for _, c := range cases {
+		fault := "kill"
+		if c.manual {
+			fault = "handover"
+		}
+		t.Run(fmt.Sprintf("%v/%s", c.mode, fault), func(t *testing.T) {
+			lim := foLimit
+			lim.Mode = c.mode
+			res := failover(t, lim, c.manual)
+			checkFailover(t, lim, res)
+		})
+	}
+}
+
+// failover runs one failover case and returns what it measured.
+func failover(t *testing.T, lim hybrid.Limit, manual bool) foResult {
+	s := redistest.Sentinel(t)
+	var (
+		lims   []*hybrid.Limiter
+		states []*transitions
+	)
+	for i := range foInstances {
+		tr := newTransitions()
+		l, err := hybrid.New(redistest.FailoverClient(t, s), hybrid.Config{
+			InstanceID: "fo-" + strconv.Itoa(i),
+			Breaker:    breaker.Config{OnStateChange: tr.record},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close(context.Background()) })
+		lims, states = append(lims, l), append(states, tr)
+	}
+	if !waitFleet(lims, foInstances, 3*time.Second) {
+		t.Fatalf("the instances do not count %d of them", foInstances)
+	}
+
+	var (
+		mu   sync.Mutex
+		res  foResult
+		stop = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	ctx := context.Background()
+	res.start = time.Now()
+	for _, l := range lims {
+		for range foWorkers {
+			wg.Go(func() {
+				tick := time.NewTicker(foGap)
+				defer tick.Stop()
+				var mine []foDecision
+				for {
+					select {
+					case <-stop:
+						mu.Lock()
+						res.decisions = append(res.decisions, mine...)
+						mu.Unlock()
+						return
+					case <-tick.C:
+					}
+					at := time.Now()
+					r, err := l.Allow(ctx, "hot", lim)
+					mine = append(mine, foDecision{at: at, lat: time.Since(at), allowed: r.Allowed, source: r.Source, err: err})
+				}
+			})
+		}
+	}
+	time.Sleep(foBefore) // load, not synchronisation: the fleet runs at 4x the limit
+	old, err := s.MasterAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := make([]int, len(states))
+	for i, tr := range states {
+		marks[i] = tr.len()
+	}
+	res.fault = time.Now()
+	if manual {
+		err = s.Failover()
+	} else {
+		var m *redistest.Proc
+		if m, err = s.Master(); err == nil {
+			err = m.Kill()
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitFailover(old, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	res.promoted = time.Now()
+	// Every breaker closed again (if one opened), and a round settled.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		open := false
+		for _, l := range lims {
+			open = open || l.Stats().Degraded
+		}
+		if !open || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling the instances' state
+	}
+	res.normal = time.Now()
+	for i, tr := range states {
+		for _, x := range tr.since(marks[i]) {
+			if res.degraded.IsZero() || x.at.Before(res.degraded) {
+				res.degraded = x.at
+			}
+		}
+	}
+	time.Sleep(foAfter)
+	close(stop)
+	wg.Wait()
+	res.end = time.Now()
+	for _, l := range lims {
+		st := l.Stats().Reconcile
+		res.losses += st.Losses
+		res.recharged += st.Recharged
+	}
+	res.overshoot = float64(lims[0].Overshoot(lim))
+	slices.SortFunc(res.decisions, func(a, b foDecision) int { return a.at.Compare(b.at) })
+	return res
+}
+
+// waitFleet waits at most d for every limiter to count n instances.
+func waitFleet(lims []*hybrid.Limiter, n int64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		all := true
+		for _, l := range lims {
+			all = all && l.Stats().Reconcile.Instances == n
+		}
+		if all {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond) // polling the heartbeats' count
+	}
+	return false
+}
+
+// checkFailover checks and logs what a failover run measured.
+func checkFailover(t *testing.T, lim hybrid.Limit, res foResult) {
+	t.Helper()
+	var admitted, fallback, errs int
+	var during []time.Duration
+	var worst time.Duration
+	for _, d := range res.decisions {
+		if d.err != nil {
+			errs++
+			if errs == 1 {
+				t.Errorf("a caller got an error: %v", d.err)
+			}
+		}
+		if d.allowed {
+			admitted++
+			if d.source == hybrid.SourceFallback {
+				fallback++
+			}
+		}
+		if !d.at.Before(res.fault) && d.at.Before(res.normal) {
+			during = append(during, d.lat)
+			worst = max(worst, d.lat)
+		}
+	}
+	slices.Sort(during)
+	var p99 time.Duration
+	if len(during) > 0 {
+		p99 = during[len(during)*99/100]
+	}
+	span := res.end.Sub(res.start)
+	bound := float64(lim.Burst) + lim.Rate*span.Seconds()
+	var degradedFor time.Duration
+	if !res.degraded.IsZero() {
+		degradedFor = res.normal.Sub(res.degraded)
+	}
+	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%); %d heartbeats found writes lost, %.0f tokens charged again",
+		len(res.decisions), span.Round(time.Millisecond), errs, res.promoted.Sub(res.fault).Round(time.Millisecond),
+		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
+		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1),
+		res.losses, float64(res.recharged)/1e6)
+	switch {
+	case lim.Mode == hybrid.Lease && float64(admitted) > bound:
+		t.Errorf("lease admitted %d over %v, above B + R*T %.0f", admitted, span, bound)
+	case lim.Mode == hybrid.Optimistic && float64(admitted) > bound+res.overshoot:
+		t.Errorf("optimistic admitted %d over %v, above B + R*T %.0f + its bound %.0f", admitted, span, bound, res.overshoot)
+	}
+	if float64(admitted) < 0.8*bound {
+		t.Errorf("admitted %d over %v, under 80%% of B + R*T %.0f", admitted, span, bound)
+	}
+}

@@ -1,0 +1,185 @@
+package reconcile
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hybridlimit/hybrid/global"
+)
+
+// A Redis that loses writes (a failover to a replica that had not received
+// them yet, a handover whose old master took writes until it was demoted, a
+// restart from an older snapshot) forgets the tokens this instance's
+// settlements took out of its buckets (lease grants, exact decisions,
+// charged consumption): the fleet would admit them again. So each instance
+// keeps a journal of what its settlements took, key by key, for the last
+// journalBeats heartbeat intervals, and its heartbeat tells when Redis last
+// saw it beat (global.Limiter.HeartbeatWas). A last beat older than the one
+// the instance made means Redis lost its writes since then: the instance
+// charges again, as orphans at the next round, what its settlements took
+// after that time. What Redis kept of those writes (between its last beat
+// and the loss) is charged twice, which errs towards denying, by at most a
+// heartbeat interval of this instance's settlements.
+
+// witness is implemented by a Store whose heartbeat also tells when Redis
+// last saw the instance beat (*global.Limiter): the Reconciler then detects
+// the loss of its writes.
+type witness interface {
+	HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error)
+}
+
+// journalBeats is how many heartbeat intervals the journal covers: a loss
+// is seen at the first heartbeat after it, and a heartbeat may fail or come
+// late.
+const journalBeats = 3
+
+// journal is what this instance's settlements took out of each bucket
+// lately, key by key, in slots of journalSlot, oldest first: a hot key
+// settled every millisecond costs one entry a slot.
+type journal struct {
+	mu    sync.Mutex
+	slots []slot
+	n     int // entries over all slots
+}
+
+// slot is what the settlements whose replies came in one journalSlot took.
+type slot struct {
+	start int64 // Redis time, microseconds
+	took  map[string]took
+}
+
+// took is what settlements of one key took out of its bucket in a slot:
+// granted plus consumed less returned, and the Redis time of the last.
+type took struct {
+	sp  *Spec
+	at  int64 // Redis time, microseconds
+	net int64 // micro-tokens
+}
+
+const (
+	// journalSlot is the time a journal slot covers.
+	journalSlot = 100 * time.Millisecond
+	// journalMax bounds the journal's entries (about 100 bytes each, 1.6
+	// MiB in all): past it the oldest slots go first, and a loss found
+	// later than they cover is charged again in part. A hot key costs an
+	// entry a slot; an instance that settles more than journalMax keys
+	// in three heartbeat intervals (a long tail at more than 5,000 keys a
+	// second) covers less than that.
+	journalMax = 1 << 14
+)
+
+// add records what s, a settlement of a key of sp, took, as its reply rep
+// tells, and drops what is older than span before it. A failed settlement
+// and a duplicate (whose first reply was recorded, if it came) add nothing;
+// nor does one that gave back more than it took (a give-back Redis lost
+// leaves its bucket short, towards denying).
+func (j *journal) add(sp *Spec, s *global.Settlement, rep *global.Reply, span time.Duration) {
+	if rep.Err != nil || rep.Duplicate || rep.Now.IsZero() || sp == nil {
+		return
+	}
+	net := rep.Granted + s.Consumed - s.Returned
+	if net <= 0 {
+		return
+	}
+	at := rep.Now.UnixMicro()
+	start := at - at%journalSlot.Microseconds()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := len(j.slots) - 1
+	for k >= 0 && j.slots[k].start > start { // a reply older than the newest slot
+		k--
+	}
+	if k < 0 || j.slots[k].start != start {
+		if k != len(j.slots)-1 {
+			return // older than the newest slot, and no slot of its own: too old to matter
+		}
+		j.slots = append(j.slots, slot{start: start, took: make(map[string]took)})
+		k = len(j.slots) - 1
+	}
+	t, ok := j.slots[k].took[s.Key]
+	if !ok {
+		j.n++
+	}
+	t.sp, t.at, t.net = sp, max(t.at, at), t.net+net
+	j.slots[k].took[s.Key] = t
+	cut := at - span.Microseconds()
+	drop := 0
+	for drop < len(j.slots)-1 && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
+		j.n -= len(j.slots[drop].took)
+		drop++
+	}
+	if drop > 0 {
+		n := copy(j.slots, j.slots[drop:])
+		clear(j.slots[n:])
+		j.slots = j.slots[:n]
+	}
+}
+
+// Took records what s, a settlement of a key of sp that a caller sent
+// itself through SettleNow (an Exact decision), took out of its bucket, as
+// its reply rep tells: if Redis loses that write, the instance charges it
+// again (see witnessed).
+func (r *Reconciler) Took(sp *Spec, s *global.Settlement, rep *global.Reply) {
+	r.journal.add(sp, s, rep, journalBeats*r.cfg.HeartbeatInterval)
+}
+
+// since returns, key by key, what the settlements whose last reply of a
+// slot came at or after at (Redis time, microseconds) took in that slot,
+// with the key's spec: a slot's settlements before at are counted too,
+// towards denying.
+func (j *journal) since(at int64) map[string]took {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[string]took)
+	for _, sl := range j.slots {
+		for key, t := range sl.took {
+			if t.at >= at {
+				sum := out[key]
+				sum.sp, sum.net = t.sp, sum.net+t.net
+				out[key] = sum
+			}
+		}
+	}
+	return out
+}
+
+// witnessed handles a heartbeat's reply: Redis's time now and when it last
+// saw this instance beat (zero: never). A last beat older than this
+// instance's last, or none when Redis should still hold it, means Redis lost
+// the writes since: what the journal says this instance's settlements took
+// after then is charged again.
+func (r *Reconciler) witnessed(now, was time.Time) {
+	r.lossMu.Lock()
+	last := r.lastBeat
+	if !now.After(last) {
+		r.lossMu.Unlock()
+		return // an older beat than one handled already
+	}
+	r.lastBeat = now
+	r.lossMu.Unlock()
+	if last.IsZero() {
+		return // the first beat: nothing to compare
+	}
+	var since time.Time
+	switch {
+	case was.IsZero() && now.Sub(last) < 3*r.cfg.HeartbeatInterval:
+		// The fleet set lost this instance's beat, which would still be
+		// in it: Redis lost the fleet set, and every bucket as much.
+	case !was.IsZero() && was.Before(last):
+		since = was
+	default:
+		return
+	}
+	lost := r.journal.since(since.UnixMicro())
+	var tokens int64
+	for key, t := range lost {
+		r.addOrphan(key, t.sp, t.net, 0)
+		tokens += t.net
+	}
+	r.stats.losses.Add(1)
+	r.stats.recharged.Add(uint64(tokens))
+	r.log.Warn("hybrid: Redis lost writes (a failover to a replica that lagged, or a restart); charging again what this instance took since",
+		slog.Time("since", since), slog.Int("keys", len(lost)), slog.Float64("tokens", float64(tokens)/1e6))
+}

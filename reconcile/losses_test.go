@@ -1,0 +1,84 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// witnessStore is a store whose heartbeat tells when it last saw the
+// instance beat, as global.Limiter.HeartbeatWas does; lose makes it forget
+// the beats (and so the writes) after a time.
+type witnessStore struct {
+	*store
+	mu    sync.Mutex
+	last  time.Time // the instance's last beat, as this Redis holds it
+	since time.Time // if not zero: the next beat finds last no later than this
+}
+
+func (w *witnessStore) HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (int, time.Time, time.Time, error) {
+	live, now, err := w.Heartbeat(ctx, id, ttl)
+	if err != nil {
+		return 0, time.Time{}, time.Time{}, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := w.last
+	if !w.since.IsZero() && was.After(w.since) {
+		was, w.since = w.since, time.Time{}
+	}
+	w.last = now.Truncate(time.Millisecond)
+	return live, now.Truncate(time.Millisecond), was, nil
+}
+
+// lose makes the next heartbeat find the instance's last beat at since: a
+// Redis that lost its writes after since.
+func (w *witnessStore) lose(since time.Time) {
+	w.mu.Lock()
+	w.since = since
+	w.mu.Unlock()
+}
+
+// TestLostWrites: a heartbeat that finds an older beat than the instance's
+// last (a failover to a replica that lagged) has the instance charge again
+// what its settlements took since: a lease fetch's grant after that time,
+// not one before it; a heartbeat that finds the last beat changes nothing.
+func TestLostWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		defer r.Close(context.Background())
+		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
+		early := entry(r, "early", spec(t, 10, 100, reconcile.Lease))
+		if err := r.Fetch(context.Background(), early, 5*M); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		cut := time.Now()
+		late := entry(r, "late", spec(t, 10, 100, reconcile.Lease))
+		if err := r.Fetch(context.Background(), late, 7*M); err != nil {
+			t.Fatal(err)
+		}
+		granted := late.Allowance.Load()
+		if granted < 7*M {
+			t.Fatalf("the fetch granted %d micro-tokens, want 7 tokens or more", granted)
+		}
+		time.Sleep(time.Second) // a heartbeat that finds the last beat
+		synctest.Wait()
+		if st := r.Stats(); st.Losses != 0 || st.Orphans != 0 {
+			t.Fatalf("after a heartbeat that found the last beat: %d losses, %d orphans; want none", st.Losses, st.Orphans)
+		}
+		w.lose(cut)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		st := r.Stats()
+		if st.Losses != 1 || st.Recharged != uint64(granted) || st.Orphans != 1 {
+			t.Fatalf("after a heartbeat that found a beat before the late fetch: %d losses, %d micro-tokens charged again, %d orphans; want 1, %d (the late grant), 1",
+				st.Losses, st.Recharged, st.Orphans, granted)
+		}
+	})
+}
