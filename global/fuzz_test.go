@@ -215,7 +215,7 @@ func FuzzParseReply(f *testing.F) {
 				t.Fatalf("parseFleetReply(%#v) = %d, %v, %v, %v; want 0, zero times and ErrReply", v, live, now, was, err)
 			}
 		} else if int64(live) < ml || live > maxLive || now.UnixMilli() < 0 || now.UnixMilli() > maxAmount ||
-			was.UnixMilli() < 0 || was.UnixMilli() > maxAmount {
+			!was.IsZero() && (was.UnixMilli() <= 0 || was.UnixMilli() > maxAmount) {
 			t.Fatalf("parseFleetReply(%#v, %d) = %d, %v, %v: out of bounds", v, ml, live, now, was)
 		}
 	})
