@@ -33,11 +33,11 @@ var (
 	// LocalShare (the default) gives each instance its share of every
 	// limit: rate R/N and burst B/N (at least the cost of the request),
 	// with N the live instances last counted through Redis (or
-	// Config.Instances). A key's share starts from what the instance last
-	// saw its global bucket hold, refilled since (1/N of it, as a bucket of
-	// burst B/N), not from a full burst: a fleet whose Redis fails mid-run
-	// goes on at the limit's rate rather than admit a burst more. A key
-	// this instance never saw starts full.
+	// Config.Instances). A key's share starts from 1/N of what the
+	// instance last saw its global bucket hold, refilled at R/N since the
+	// outage began, not from a full burst: a fleet whose Redis fails
+	// mid-run goes on at the limit's rate rather than admit a burst more.
+	// A key this instance never saw starts full.
 	LocalShare = Fallback{kind: localShare}
 	// FailOpen admits every request.
 	FailOpen = Fallback{kind: failOpen}

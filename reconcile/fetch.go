@@ -200,7 +200,8 @@ func (r *Reconciler) fetchDoubt(d doubt) {
 }
 
 // settleOne settles s, of a key of sp, now, in the batch of its node
-// (SettleNow), and counts a failure, or records what it took (Took). s takes nothing out of its entry (it charges and gives back
+// (SettleNow), and counts a failure, or records what it took (Took). s
+// takes nothing out of its entry (it charges and gives back
 // nothing), so a failure has nothing to put back.
 func (r *Reconciler) settleOne(sp *Spec, s global.Settlement) (global.Reply, error) {
 	rep, err := r.SettleNow(context.Background(), s)
