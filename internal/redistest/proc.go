@@ -199,6 +199,39 @@ func (p *Proc) Kill() error {
 	return p.killLocked()
 }
 
+// Freeze stops the server's process (SIGSTOP) without ending it: it keeps
+// its connections and answers nothing, as a server stalled by its host, and
+// a replica frozen so misses what its master writes meanwhile. Thaw lets it
+// go on. Linux only.
+func (p *Proc) Freeze() error { return p.signal("freeze", true) }
+
+// Thaw lets a frozen server go on (SIGCONT).
+func (p *Proc) Thaw() error { return p.signal("thaw", false) }
+
+// signal sends the server the freeze signal, or the one that lets it go on.
+func (p *Proc) signal(what string, stop bool) error {
+	if !p.owned {
+		return fmt.Errorf("redistest: %s %s: %w", what, p.addr, ErrNotOwned)
+	}
+	sigStop, sigCont, ok := freezeSignals()
+	if !ok {
+		return fmt.Errorf("redistest: %s %s: not supported on this system", what, p.addr)
+	}
+	sig := sigCont
+	if stop {
+		sig = sigStop
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.cmd == nil {
+		return fmt.Errorf("redistest: %s %s: %w", what, p.addr, ErrStopped)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redistest: %s %s: %w", what, p.addr, err)
+	}
+	return nil
+}
+
 // Restart starts the server again on the same port and waits until it
 // answers, killing it first if it is running. The new server holds no keys;
 // a cluster node keeps its nodes.conf, so it comes back as the same node with

@@ -60,8 +60,10 @@ func Cluster(tb testing.TB) *ClusterProc {
 	return ClusterWith(tb, ClusterOptions{})
 }
 
-// ClusterWith is Cluster with opts for a cluster it starts (a cluster from
-// REDIS_CLUSTER_ADDRS is returned as it is).
+// ClusterWith is Cluster with opts for a cluster it starts, such as
+// Replicas 1 for three masters with a replica each (a cluster from
+// REDIS_CLUSTER_ADDRS is returned as it is, whatever opts say: a test that
+// needs replicas or kills nodes should skip unless Owned).
 func ClusterWith(tb testing.TB, opts ClusterOptions) *ClusterProc {
 	tb.Helper()
 	if list := os.Getenv(EnvClusterAddrs); list != "" {

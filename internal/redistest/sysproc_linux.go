@@ -11,3 +11,8 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// freezeSignals returns the signals that stop a process and let it go on.
+func freezeSignals() (stop, cont syscall.Signal, ok bool) {
+	return syscall.SIGSTOP, syscall.SIGCONT, true
+}

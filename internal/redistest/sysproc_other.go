@@ -9,3 +9,8 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return nil
 }
+
+// freezeSignals reports that Freeze is not supported here.
+func freezeSignals() (stop, cont syscall.Signal, ok bool) {
+	return 0, 0, false
+}
