@@ -35,9 +35,10 @@ var (
 	// with N the live instances last counted through Redis (or
 	// Config.Instances). A key's share starts from 1/N of what the
 	// instance last saw its global bucket hold, refilled at R/N since the
-	// outage began, not from a full burst: a fleet whose Redis fails
-	// mid-run goes on at the limit's rate rather than admit a burst more.
-	// A key this instance never saw starts full.
+	// outage began (since the view, for a key idle before it), not from a
+	// full burst: a fleet whose Redis fails mid-run goes on at the limit's
+	// rate rather than admit a burst more. A key this instance never saw
+	// starts full.
 	LocalShare = Fallback{kind: localShare}
 	// FailOpen admits every request.
 	FailOpen = Fallback{kind: failOpen}
@@ -84,22 +85,32 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 	return local.Limit{Rate: max(sp.Limit.Rate/n, 1), Burst: max(sp.Limit.Burst/n, local.Micro)}
 }
 
+// outageGap is how long before a breaker opens a fallback decision (a call
+// refused before it did) still belongs to the outage it opened for: its
+// local bucket goes on rather than start again.
+const outageGap = time.Second
+
 // seed returns what e's local bucket starts with under the fallback policy
-// after a view of the global bucket (see local.Entry.TakeFrom): under
-// LocalShare, this instance's share of what the global bucket held at the
-// last view, refilled at the share's rate since the outage began (or the
-// view, if later); a full share for a key never seen, and under Static. The
-// refill between the view and the outage is not counted: on a busy key the
-// other instances took it, and counting it would let the fleet admit what
-// they did twice; on a key idle since its view, the share starts that much
-// lower, towards denying.
-func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration) int64 {
+// at the first decision of an outage that began at since (see
+// local.Entry.TakeFrom): under LocalShare, this instance's share of what
+// the global bucket held at the last view, refilled at the share's rate
+// since; a full share for a key never seen, and under Static. For a key in
+// use when the outage began (a view younger than two rounds: a lease key
+// fetches, rounds settle it), the refill between the view and the outage is
+// not counted: the other instances took it, and counting it would let the
+// fleet admit what they did twice. A key idle since its view has its
+// bucket refilled since, as far as this instance can tell (others may have
+// spent it: at most B/N each).
+func (l *Limiter) seed(e *reconcile.Entry, share local.Limit, since, now time.Duration) int64 {
 	v := e.View()
 	if l.fb.kind != localShare || v.Seen == 0 {
 		return share.Burst
 	}
 	held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
-	from := max(v.Seen, l.r.DegradedSince(e.Key()))
+	from := v.Seen
+	if since > v.Seen && since-v.Seen < 2*l.r.SyncInterval() {
+		from = since
+	}
 	refill, _ := limit.Refill(max(now-from, 0), share.Rate, 0) // at most MaxInt64
 	return held + min(refill, share.Burst-held)
 }
@@ -119,7 +130,11 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 			share := l.shareOf(sp)
 			share.Burst = max(share.Burst, cost)
 			now := l.clock.Now()
-			ok = e.TakeFrom(now, share, cost, l.seed(e, sp, share, now))
+			// The outage's first decision starts the share; one made
+			// shortly before the breaker opened (a refused call) belongs
+			// to the same outage.
+			since := l.r.DegradedSince(e.Key())
+			ok = e.TakeFrom(now, share, cost, since-outageGap, l.seed(e, share, since, now))
 			b := e.Bucket(now, share)
 			res.Remaining = b.Remaining(now, share)
 			res.ResetAfter = b.ResetAfter(now, share)

@@ -66,11 +66,12 @@ func (l *Limiter) Heartbeat(ctx context.Context, id string, ttl time.Duration) (
 }
 
 // HeartbeatWas is Heartbeat that also returns the time of id's beat before
-// this one as Redis held it (zero if it held none: a first beat, an instance
-// dropped for silence, or a Redis that lost the fleet set). An instance whose
-// last beat was later than that talks to a Redis that lost its writes since
-// then: a failover to a replica that lagged, a restart from an older
-// snapshot.
+// this one as Redis held it (zero if it held none: a first beat, a silence
+// of more than 10 minutes and 10 ttls, or a Redis that lost it). Redis keeps
+// it in a key of the instance's own beside the fleet set (FleetKey + ":" +
+// id), which the fleet's reaping does not touch. An instance whose last beat
+// was later than that talks to a Redis that lost its writes since then: a
+// failover to a replica that lagged, a restart from an older snapshot.
 func (l *Limiter) HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error) {
 	live, now, was, err = l.beat(ctx, id, ttl, false)
 	if err != nil {
@@ -102,7 +103,7 @@ func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave 
 	if leave {
 		flag, minLive = 1, 0
 	}
-	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey}, id, ms, flag).Result()
+	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey, l.fleetKey + ":" + id}, id, ms, flag).Result()
 	if errors.Is(err, redis.Nil) {
 		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
 	}

@@ -32,7 +32,7 @@ type Entry[X any] struct {
 	Pending Tokens
 
 	mu     sync.Mutex // protects bucket
-	bucket Bucket     // bucket.last == unset until first used or set, and again after each view
+	bucket Bucket     // bucket.last == unset until first used or set
 
 	seq     atomic.Uint64 // view sequence: odd while a write is under way
 	vTokens atomic.Int64  // view: micro-tokens the global bucket held
@@ -63,12 +63,13 @@ func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
 }
 
 // TakeFrom is TakeAt for a bucket that, if it was never used nor set, or
-// if a view of the global bucket came since it was last used, starts at now
+// was last used before after (in an earlier outage, say), starts at now
 // with seed micro-tokens (within [0, lim.Burst]) rather than full: the
-// owner's share of what the view says the global bucket holds.
-func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n, seed int64) bool {
+// owner's share of what it last saw the global bucket hold. A bucket used
+// since after goes on as it is.
+func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n int64, after time.Duration, seed int64) bool {
 	e.mu.Lock()
-	if e.bucket.last == unset {
+	if e.bucket.last == unset || e.bucket.last < after {
 		e.bucket = Bucket{tokens: min(max(seed, 0), lim.Burst), last: now}
 	}
 	ok := e.bucket.TakeAt(now, lim, n)
@@ -127,12 +128,9 @@ type View struct {
 func (v View) Age(now time.Duration) time.Duration { return max(now-v.Seen, 0) }
 
 // SetView records v as the latest view of the global bucket. Writers are
-// serialised; readers never block and never see a torn view. The local
-// bucket is unset again: the next TakeFrom starts it from what the view
-// tells.
+// serialised; readers never block and never see a torn view.
 func (e *Entry[X]) SetView(v View) {
 	e.mu.Lock()
-	e.bucket.last = unset
 	e.seq.Add(1)
 	e.vTokens.Store(v.Tokens)
 	e.vSeen.Store(int64(v.Seen))

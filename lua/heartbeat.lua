@@ -9,6 +9,10 @@
 --            member  an instance id
 --            score   the Redis time of its last beat, in milliseconds
 --          A missing key is an empty fleet.
+-- KEYS[2]  optional: the instance's witness, e.g. "hybrid:fleet{fleet}:<id>"
+--          (in KEYS[1]'s slot): a string, the Redis time of its last beat
+--          in milliseconds, kept for 10 * ttl_ms and at least 10 minutes,
+--          whatever the fleet's reaping
 -- ARGV     id, ttl_ms, leave
 --            id      the instance, 1 to 256 bytes, any bytes
 --            ttl_ms  how long a beat keeps an instance live, an integer in
@@ -18,16 +22,18 @@
 --            live    instances heard from within ttl_ms of now, after the
 --                    call (so at least 1 after a beat)
 --            now_ms  Redis TIME in milliseconds, rounded down
---            was_ms  id's score before the call, 0 if it had none: an
---                    instance that finds an older beat than its last one
---                    talks to a Redis that lost its writes since (a
---                    failover to a replica that lagged, say)
+--            was_ms  the instance's last beat before the call, from
+--                    KEYS[2], 0 if none (or no KEYS[2]): an instance
+--                    that finds an older beat than its last one talks to
+--                    a Redis that lost its writes since (a failover to a
+--                    replica that lagged, say)
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read;
 --          WRONGTYPE when KEYS[1] holds something other than a sorted set,
 --          before anything is written.
 --
 -- One call, with now from Redis TIME:
---   0. was = id's score (ZSCORE), 0 if none
+--   0. was = KEYS[2] (GET), 0 if none; a beat sets KEYS[2] to now (SET
+--      PX), a leave deletes it
 --   1. a beat sets id's score to now (ZADD); leave removes id (ZREM)
 --   2. every member whose score is at or below now - ttl_ms is removed
 --      (ZREMRANGEBYSCORE): a beat counts for ttl_ms and no longer
@@ -49,8 +55,8 @@ end
 local MAX_ID = 256
 local MAX_TTL_MS = 1099511627776 -- 2^40 ms, about 35 years
 
-if #KEYS ~= 1 then
-  return redis.error_reply('ERR hybrid: want 1 key, got ' .. #KEYS)
+if #KEYS ~= 1 and #KEYS ~= 2 then
+  return redis.error_reply('ERR hybrid: want 1 or 2 keys, got ' .. #KEYS)
 end
 if #ARGV ~= 3 then
   return redis.error_reply('ERR hybrid: want 3 arguments (id, ttl_ms, leave), got ' .. #ARGV)
@@ -75,12 +81,31 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 -- 1. Beat or leave.
-local was = tonumber(redis.call('ZSCORE', key, id)) or 0
+local was = 0
+if #KEYS == 2 then
+  was = tonumber(redis.call('GET', KEYS[2]))
+  if was == nil or was ~= was or was < 0 or was ~= math.floor(was) then
+    was = 0
+  end
+end
 
 if leave == '1' then
   redis.call('ZREM', key, id)
+  if #KEYS == 2 then
+    redis.call('DEL', KEYS[2])
+  end
 else
   redis.call('ZADD', key, string.format('%.0f', now), id)
+  if #KEYS == 2 then
+    local keep = 10 * ttl
+    if keep < 600000 then
+      keep = 600000
+    end
+    if keep > MAX_TTL_MS then
+      keep = MAX_TTL_MS
+    end
+    redis.call('SET', KEYS[2], string.format('%.0f', now), 'PX', string.format('%.0f', keep))
+  end
 end
 
 -- 2. Drop the dead: a member is live while now - score < ttl.

@@ -24,8 +24,8 @@ func TestHeartbeatRejectsArguments(t *testing.T) {
 		argv []string
 		want string // in the error
 	}{
-		{"no key", nil, ok, "want 1 key"},
-		{"two keys", []string{"{f}x", "{f}y"}, ok, "want 1 key"},
+		{"no key", nil, ok, "want 1 or 2 keys"},
+		{"three keys", []string{"{f}x", "{f}y", "{f}z"}, ok, "want 1 or 2 keys"},
 		{"no args", []string{"f"}, nil, "want 3 arguments"},
 		{"two args", []string{"f"}, ok[:2], "want 3 arguments"},
 		{"four args", []string{"f"}, append(with(0, "a"), "0"), "want 3 arguments"},
@@ -158,13 +158,9 @@ func TestHeartbeatSteps(t *testing.T) {
 	}
 	for i, s := range steps {
 		m.SetTime(start.Add(s.at))
-		before, err := rdb.ZScore(t.Context(), "fleet", s.id).Result()
-		if err != nil && err != redis.Nil {
-			t.Fatal(err)
-		}
 		live, now, was := beat(t, rdb, "fleet", s.id, s.ttl, s.leave)
-		if want := start.Add(s.at).UnixMilli(); live != s.live || now != want || was != int64(before) {
-			t.Errorf("step %d: EVAL(t+%v, %s, %d, %d) = {%d, %d, %d}, want {%d, %d, %.0f}", i, s.at, s.id, s.ttl, s.leave, live, now, was, s.live, want, before)
+		if want := start.Add(s.at).UnixMilli(); live != s.live || now != want || was != 0 {
+			t.Errorf("step %d: EVAL(t+%v, %s, %d, %d) = {%d, %d, %d}, want {%d, %d, 0}", i, s.at, s.id, s.ttl, s.leave, live, now, was, s.live, want)
 		}
 		if got := members(t, rdb, "fleet"); got != s.members {
 			t.Errorf("step %d: members %q, want %q", i, got, s.members)
@@ -236,4 +232,46 @@ func TestHeartbeatWrongType(t *testing.T) {
 			t.Errorf("PTTL after = %v, %v; want none", d, err)
 		}
 	})
+}
+
+// TestHeartbeatWitness: with a second key, the script keeps the instance's
+// last beat there for at least 10 minutes, returns it as was_ms whatever
+// the fleet's reaping did to the instance's member, and deletes it on leave.
+func TestHeartbeatWitness(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	keys := []string{"f{x}", "f{x}:a"}
+	eval := func(at time.Duration, ttl int64, leave int) (live, now, was int64) {
+		t.Helper()
+		m.SetTime(start.Add(at))
+		v, err := rdb.Eval(t.Context(), lua.Heartbeat, keys, "a", ttl, leave).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := v.([]any)
+		return a[0].(int64), a[1].(int64), a[2].(int64)
+	}
+	if _, _, was := eval(0, 1000, 0); was != 0 {
+		t.Errorf("first beat: was %d, want 0", was)
+	}
+	if got := m.TTL(keys[1]); got != 10*time.Minute {
+		t.Errorf("the witness's TTL is %v, want 10m", got)
+	}
+	// Another instance's beat 5 s later reaps a's member (ttl 1 s), not
+	// its witness.
+	m.SetTime(start.Add(5 * time.Second))
+	if err := rdb.Eval(t.Context(), lua.Heartbeat, []string{"f{x}"}, "b", 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, was := eval(6*time.Second, 1000, 0); was != start.UnixMilli() {
+		t.Errorf("a beat after a's member was reaped: was %d, want the first beat %d", was, start.UnixMilli())
+	}
+	if _, _, was := eval(7*time.Second, 1000, 1); was != start.Add(6*time.Second).UnixMilli() {
+		t.Errorf("leave: was %d, want the last beat", was)
+	}
+	if m.Exists(keys[1]) {
+		t.Errorf("the witness outlives a leave")
+	}
 }

@@ -30,6 +30,10 @@ type witness interface {
 	HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error)
 }
 
+// witnessKept is how long Redis keeps an instance's last beat at least
+// (lua/heartbeat.lua).
+const witnessKept = 10 * time.Minute
+
 // journalBeats is how many heartbeat intervals the journal covers: a loss
 // is seen at the first heartbeat after it, and a heartbeat may fail or come
 // late.
@@ -164,9 +168,9 @@ func (r *Reconciler) witnessed(now, was time.Time) {
 	}
 	var since time.Time
 	switch {
-	case was.IsZero() && now.Sub(last) < 3*r.cfg.HeartbeatInterval:
-		// The fleet set lost this instance's beat, which would still be
-		// in it: Redis lost the fleet set, and every bucket as much.
+	case was.IsZero() && now.Sub(last) < witnessKept:
+		// Redis lost this instance's last beat, which it would still
+		// hold: it lost its data, every bucket as much.
 	case !was.IsZero() && was.Before(last):
 		since = was
 	default:

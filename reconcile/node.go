@@ -35,7 +35,10 @@ type node struct {
 	br       *breaker.Breaker
 	degraded atomic.Bool  // the breaker is not closed: decide locally
 	openedAt atomic.Int64 // clock reading when the breaker left the closed state
-	batch    batcher      // the settlements requests need now (SettleNow)
+	// settleUntil is the clock reading until which the node's keys are
+	// still decided locally after its breaker closed again (see settleUp).
+	settleUntil atomic.Int64
+	batch       batcher // the settlements requests need now (SettleNow)
 }
 
 // NodeState is the state of the breaker of one Redis node.
@@ -61,6 +64,9 @@ func (r *Reconciler) newNode(addr string) (*node, error) {
 	}
 	user := bc.OnStateChange
 	bc.OnStateChange = func(from, to breaker.State) {
+		if to == breaker.Closed && from != breaker.Closed {
+			r.settleUp(n)
+		}
 		if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
 			if was {
 				r.ndegraded.Add(-1)
@@ -151,19 +157,45 @@ func worst(s []NodeState) breaker.State {
 }
 
 // Degraded reports whether the breaker of some Redis node is open or
-// probing: decisions for that node's keys that need Redis are then made
+// probing, or closed again too lately for the fleet to have settled up (see
+// settleUp): decisions for that node's keys that need Redis are then made
 // locally, by the fallback policy. On a single Redis there is one breaker.
-func (r *Reconciler) Degraded() bool { return r.ndegraded.Load() > 0 }
+func (r *Reconciler) Degraded() bool {
+	return r.ndegraded.Load() > 0 || int64(r.clock.Now()) < r.settleUntil.Load()
+}
 
 // DegradedKey reports whether the breaker of the node that holds key's
-// bucket is open or probing, as far as known without waiting: a key whose
-// node is not known yet is not degraded (its first call finds out).
+// bucket is open or probing, or closed again too lately for the fleet to
+// have settled up, as far as known without waiting: a key whose node is not
+// known yet is not degraded (its first call finds out).
 func (r *Reconciler) DegradedKey(key string) bool {
-	if r.ndegraded.Load() == 0 {
-		return false // every breaker is closed: no lookup
+	if r.ndegraded.Load() == 0 && int64(r.clock.Now()) >= r.settleUntil.Load() {
+		return false // every breaker is closed and settled: no lookup
 	}
-	return r.nodeOf(done, key).degraded.Load()
+	n := r.nodeOf(done, key)
+	return n.degraded.Load() || int64(r.clock.Now()) < n.settleUntil.Load()
 }
+
+// settleUp keeps the keys of node n, whose breaker just closed again, with
+// the fallback policy for settleRounds more rounds: the rounds of every
+// instance charge what the fallback admitted meanwhile, and a lease granted
+// before they have would come out of a bucket that does not hold their
+// charges yet (one the outage left full, however much the fleet spent).
+func (r *Reconciler) settleUp(n *node) {
+	until := int64(r.clock.Now() + settleRounds*r.cfg.SyncInterval)
+	n.settleUntil.Store(until)
+	for {
+		old := r.settleUntil.Load()
+		if until <= old || r.settleUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// settleRounds is how many rounds the fallback keeps deciding after a
+// breaker closes: the instances' breakers close within a round or so of
+// one another, and each settles at its next round.
+const settleRounds = 2
 
 // DegradedSince returns the clock reading at which the breaker of the node
 // that holds key's bucket last left the closed state, as far as known

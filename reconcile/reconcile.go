@@ -124,6 +124,8 @@ type Reconciler struct {
 	nodes     atomic.Pointer[map[string]*node]
 	nodeMu    sync.Mutex
 	ndegraded atomic.Int32 // nodes whose breaker is not closed
+	// settleUntil is the latest of the nodes' settleUntil (see settleUp).
+	settleUntil atomic.Int64
 
 	closing atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
 	live    atomic.Int64 // fleet size for the fallback share
