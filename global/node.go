@@ -35,6 +35,18 @@ func (l *Limiter) Node(ctx context.Context, key string) string {
 	return l.node(ctx, l.Key(key))
 }
 
+// Relayout asks a Redis Cluster client to load the cluster's layout again,
+// in the background (go-redis's ClusterClient.ReloadState); it does nothing
+// on any other client. go-redis learns that a replica took over a master's
+// slots from a MOVED reply or its periodic reload, not from a master that
+// refuses connections: a caller whose calls to a node fail asks, so that
+// the node's keys go to the new master as soon as the cluster has one.
+func (l *Limiter) Relayout() {
+	if c, ok := l.rdb.(interface{ ReloadState(ctx context.Context) }); ok {
+		c.ReloadState(context.Background())
+	}
+}
+
 // FleetNode is Node for the fleet count's key (see FleetKey).
 func (l *Limiter) FleetNode(ctx context.Context) string {
 	return l.node(ctx, l.fleetKey)

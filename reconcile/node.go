@@ -27,6 +27,11 @@ type Router interface {
 	FleetNode(ctx context.Context) string
 }
 
+// relayouter is implemented by a Router that can be asked to load the
+// layout of the nodes again (*global.Limiter: Relayout), when a node's
+// breaker opens: a replica may be taking its place.
+type relayouter interface{ Relayout() }
+
 // node is one Redis node as the reconciler sees it: the breaker around the
 // calls to it. The node of address "" stands for a single Redis, and for the
 // keys whose node is not known.
@@ -66,6 +71,9 @@ func (r *Reconciler) newNode(addr string) (*node, error) {
 	bc.OnStateChange = func(from, to breaker.State) {
 		if to == breaker.Closed && from != breaker.Closed {
 			r.settleUp(n)
+		}
+		if rl, ok := r.router.(relayouter); ok && to == breaker.Open && addr != "" {
+			rl.Relayout() // a replica may be taking the node's slots over
 		}
 		if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
 			if was {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,11 +20,15 @@ import (
 // go-redis's cluster pipelines do. With routed, it is a Router.
 type nodeStore struct {
 	*store
-	down map[string]bool // guarded by store.mu
+	down      map[string]bool // guarded by store.mu
+	relayouts atomic.Int32    // Relayout calls (routedStore)
 }
 
 // routedStore is a nodeStore that tells the reconciler the nodes.
 type routedStore struct{ *nodeStore }
+
+// Relayout counts the reconciler's requests for the layout.
+func (s routedStore) Relayout() { s.relayouts.Add(1) }
 
 func (s routedStore) Spread() bool                                { return true }
 func (s routedStore) Node(ctx context.Context, key string) string { return key[:1] }
@@ -59,8 +64,9 @@ func (s *nodeStore) Settle(ctx context.Context, batch []global.Settlement, repli
 }
 
 // TestNodeBreakers: on a Redis Cluster, a node that gives no reply opens its
-// own breaker: its keys are degraded and keep their dues, while the keys of
-// the node that answers keep settling, every round, each charge once.
+// own breaker, and the reconciler asks for the cluster's layout again: its
+// keys are degraded and keep their dues, while the keys of the node that
+// answers keep settling, every round, each charge once.
 func TestNodeBreakers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := routedStore{&nodeStore{store: newStore(), down: map[string]bool{}}}
@@ -107,6 +113,9 @@ func TestNodeBreakers(t *testing.T) {
 		}
 		if strings.Join(changes, " ") != "closed>open" {
 			t.Errorf("OnStateChange saw %v, want [closed>open] (node b's breaker alone)", changes)
+		}
+		if n := st.relayouts.Load(); n != 1 {
+			t.Errorf("%d requests for the cluster's layout after node b's breaker opened, want 1 (a replica may take its slots)", n)
 		}
 
 		st.set(func(s *store) { st.down["b"] = false })
