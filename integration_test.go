@@ -219,30 +219,25 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		deadline := time.Now().Add(roundWait)
-		for i := 0; i < instances; {
-			if fleet[i].lim.Stats().Reconcile.Rounds > rounds[i] {
-				i++
-				continue
+		// until polls each instance in turn until ok says it is there, at
+		// most until the deadline.
+		until := func(what string, ok func(st hybrid.Stats, i int) bool) {
+			for i := 0; i < instances; {
+				if ok(fleet[i].lim.Stats(), i) {
+					i++
+					continue
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("recovery: instance %d: %s %v after the breakers closed", i, what, roundWait)
+					return
+				}
+				<-tick.C
 			}
-			if time.Now().After(deadline) {
-				t.Errorf("recovery: instance %d: no settlement round %v after the breakers closed", i, roundWait)
-				break
-			}
-			<-tick.C
 		}
+		until("no settlement round", func(st hybrid.Stats, i int) bool { return st.Reconcile.Rounds > rounds[i] })
 		// The fallback keeps deciding for two rounds after a breaker
 		// closes, while the fleet settles up (reconcile's settleUp).
-		for i := 0; i < instances; {
-			if !fleet[i].lim.Stats().Degraded {
-				i++
-				continue
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("recovery: instance %d: still degraded %v after the breakers closed", i, roundWait)
-				break
-			}
-			<-tick.C
-		}
+		until("still degraded", func(st hybrid.Stats, _ int) bool { return !st.Degraded })
 		settled = time.Now()
 	}, func() { <-time.After(afterFor) })
 	after.check(t, "recovery")

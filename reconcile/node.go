@@ -169,7 +169,13 @@ func worst(s []NodeState) breaker.State {
 // settleUp): decisions for that node's keys that need Redis are then made
 // locally, by the fallback policy. On a single Redis there is one breaker.
 func (r *Reconciler) Degraded() bool {
-	return r.ndegraded.Load() > 0 || int64(r.clock.Now()) < r.settleUntil.Load()
+	return r.ndegraded.Load() > 0 || r.settling(r.settleUntil.Load())
+}
+
+// settling reports whether the clock has not reached until yet, reading it
+// only for a node that ever settled up (until not 0).
+func (r *Reconciler) settling(until int64) bool {
+	return until != 0 && int64(r.clock.Now()) < until
 }
 
 // DegradedKey reports whether the breaker of the node that holds key's
@@ -177,11 +183,11 @@ func (r *Reconciler) Degraded() bool {
 // have settled up, as far as known without waiting: a key whose node is not
 // known yet is not degraded (its first call finds out).
 func (r *Reconciler) DegradedKey(key string) bool {
-	if r.ndegraded.Load() == 0 && int64(r.clock.Now()) >= r.settleUntil.Load() {
+	if r.ndegraded.Load() == 0 && !r.settling(r.settleUntil.Load()) {
 		return false // every breaker is closed and settled: no lookup
 	}
 	n := r.nodeOf(done, key)
-	return n.degraded.Load() || int64(r.clock.Now()) < n.settleUntil.Load()
+	return n.degraded.Load() || r.settling(n.settleUntil.Load())
 }
 
 // settleUp keeps the keys of node n, whose breaker just closed again, with

@@ -1,7 +1,6 @@
 package redistest_test
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -96,7 +95,11 @@ func TestClusterReplicas(t *testing.T) {
 		if addr == victim.Addr() {
 			victimKeys++
 		}
-		clusterGetEventually(t, rdb, key, "v-"+key)
+		getEventually(t, rdb, key, "v-"+key, func() {
+			// go-redis reloads its slot map on MOVED, not when it cannot
+			// reach a killed master (only every 60 s): ask.
+			rdb.ReloadState(t.Context())
+		})
 	}
 	if victimKeys == 0 {
 		t.Fatalf("no key was on %s", victim.Addr())
@@ -119,7 +122,11 @@ func TestClusterReplicas(t *testing.T) {
 		t.Fatalf("ReplicaOf(%s) = %s after Failover, want the old master %s", r.Addr(), got.Addr(), other.Addr())
 	}
 	for key := range keys {
-		clusterGetEventually(t, rdb, key, "v-"+key)
+		getEventually(t, rdb, key, "v-"+key, func() {
+			// go-redis reloads its slot map on MOVED, not when it cannot
+			// reach a killed master (only every 60 s): ask.
+			rdb.ReloadState(t.Context())
+		})
 	}
 
 	// The killed master comes back as a replica of its heir.
@@ -185,27 +192,4 @@ func addrsOf(ps []*redistest.Proc) []string {
 		addrs[i] = p.Addr()
 	}
 	return addrs
-}
-
-// clusterGetEventually retries GET key through rdb until it answers, for at
-// most 10 s, and checks the answer is want. After a failed GET it asks rdb to
-// reload its slot map: go-redis reloads it on MOVED but not when it cannot
-// reach a killed master, only every ClusterStateReloadInterval (60 s).
-func clusterGetEventually(t *testing.T, rdb *redis.ClusterClient, key, want string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := rdb.Get(t.Context(), key).Result()
-		if err == nil || errors.Is(err, redis.Nil) {
-			if got != want || err != nil {
-				t.Fatalf("GET %s = %q, %v; want %q", key, got, err, want)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v after 10s", key, err)
-		}
-		rdb.ReloadState(t.Context())
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -71,7 +71,7 @@ func TestSentinel(t *testing.T) {
 	if second == first || !slices.Contains(addrs[1:], second) {
 		t.Fatalf("WaitFailover() = %s, want one of the replicas %v", second, addrs[1:])
 	}
-	getEventually(t, rdb, key, want)
+	getEventually(t, rdb, key, want, nil)
 
 	manual := time.Now()
 	if err := s.Failover(); err != nil {
@@ -86,12 +86,13 @@ func TestSentinel(t *testing.T) {
 	if third == first || third == second || !slices.Contains(addrs, third) {
 		t.Fatalf("WaitFailover() after Failover = %s, want the replica that is neither %s nor %s", third, first, second)
 	}
-	getEventually(t, rdb, key, want)
+	getEventually(t, rdb, key, want, nil)
 }
 
 // getEventually retries GET key through rdb until it answers, for at most
-// 10 s, and checks the answer is want.
-func getEventually(t *testing.T, rdb *redis.Client, key, want string) {
+// 10 s, calling retry (if not nil) after each failure, and checks the
+// answer is want.
+func getEventually(t *testing.T, rdb redis.Cmdable, key, want string, retry func()) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -105,7 +106,10 @@ func getEventually(t *testing.T, rdb *redis.Client, key, want string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("GET %s: %v after 10s", key, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if retry != nil {
+			retry()
+		}
+		time.Sleep(50 * time.Millisecond) // polling a failover's end
 	}
 }
 
