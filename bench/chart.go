@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/hybridlimit/hybrid/bench/plot"
 )
 
@@ -13,7 +15,7 @@ import (
 // reports, which differ by milliseconds).
 func Chart(sc Scenario, reports []Report) plot.Chart {
 	c := plot.Chart{
-		Title:  fmt.Sprintf("Admitted per mode: %d instances, %d keys, demand %gx the limit", sc.Instances, max(sc.Keys, 1), sc.Demand),
+		Title:  fmt.Sprintf("Admitted per mode: %s, %s, demand %gx the limit", plural.Count(sc.Instances, "instance"), plural.Count(max(sc.Keys, 1), "key"), sc.Demand),
 		XLabel: "time (s)",
 		YLabel: "admitted (tokens/s)",
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
@@ -52,7 +54,7 @@ func Run(ctx context.Context, t *Target, sc Scenario, mode string, progress func
 	}
 	rep, err := r.measure(ctx, progress)
 	if errs := r.close(); len(errs) > 0 {
-		rep.CloseError = fmt.Sprintf("%d of %d limiters: %v", len(errs), len(r.insts), errs[0])
+		rep.CloseError = fmt.Sprintf("%d of %s: %v", len(errs), plural.Count(len(r.insts), "limiter"), errs[0])
 	}
 	if sc.Passes > 0 {
 		// After the limiters and clients closed: what the limiters settled

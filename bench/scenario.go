@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/hybridlimit/hybrid"
 )
 
@@ -188,8 +190,9 @@ func (sc Scenario) Offered() float64 {
 func (sc Scenario) String() string {
 	sc, _ = sc.withDefaults()
 	if sc.Passes > 0 {
-		return fmt.Sprintf("%d instances x %d workers, long tail: %d keys x %d passes (%d asks, closed loop), R=%g/s B=%d cost %d, at most %v",
-			sc.Instances, sc.Workers, sc.Keys, sc.Passes, sc.asks(), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+		return fmt.Sprintf("%s x %s, long tail: %s x %s (%s, closed loop), R=%g/s B=%d cost %d, at most %v",
+			plural.Count(sc.Instances, "instance"), plural.Count(sc.Workers, "worker"), plural.Count(sc.Keys, "key"),
+			plural.Count(sc.Passes, "pass"), plural.Count(sc.asks(), "ask"), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
 	}
 	keys := "1 hot key"
 	if sc.Keys > 1 {
@@ -202,8 +205,8 @@ func (sc Scenario) String() string {
 	if sc.Closed {
 		load = "closed loop (as fast as answered)"
 	}
-	s := fmt.Sprintf("%d instances x %d workers, %s, %s, R=%g/s B=%d cost %d, %v",
-		sc.Instances, sc.Workers, keys, load, sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+	s := fmt.Sprintf("%s x %s, %s, %s, R=%g/s B=%d cost %d, %v",
+		plural.Count(sc.Instances, "instance"), plural.Count(sc.Workers, "worker"), keys, load, sc.Rate, sc.Burst, sc.Cost, sc.Duration)
 	if sc.Outage.For > 0 {
 		s += fmt.Sprintf(", Redis down for %v at %v", sc.Outage.For, sc.Outage.At)
 	}

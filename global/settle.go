@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/redis/go-redis/v9"
 )
@@ -188,7 +190,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		}
 	}
 	if failed != nil {
-		return fmt.Errorf("global: settle: %d of %d keys got no reply: %w", nfailed, len(batch), failed)
+		return fmt.Errorf("global: settle: %d of %s got no reply: %w", nfailed, plural.Count(len(batch), "key"), failed)
 	}
 	return nil
 }

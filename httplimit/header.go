@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/hybridlimit/hybrid"
 )
 
@@ -238,8 +240,8 @@ func WriteDenial(w http.ResponseWriter, r *http.Request, d Denial) {
 		Type:   quotaExceeded,
 		Title:  "Quota Exceeded",
 		Status: http.StatusTooManyRequests,
-		Detail: fmt.Sprintf("The request costs %d tokens and tier %q holds %d of its %d now; retry after %d seconds.",
-			d.Cost, d.Tier, d.Remaining, d.Limit.Burst, secs),
+		Detail: fmt.Sprintf("The request costs %s and tier %q holds %d of its %d now; retry after %s.",
+			plural.Count(d.Cost, "token"), d.Tier, d.Remaining, d.Limit.Burst, plural.Count(secs, "second")),
 		ViolatedPolicies: []string{d.Tier},
 		Tier:             d.Tier,
 		RetryAfter:       secs,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/hybridlimit/hybrid/global"
 )
 
@@ -54,7 +56,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("reconcile: close: %d of %d keys not settled: %w", failed, len(r.sets), err))
+			errs = append(errs, fmt.Errorf("reconcile: close: %d of %s not settled: %w", failed, plural.Count(len(r.sets), "key"), err))
 		}
 	}
 	r.stats.unsettled.Store(lost)

@@ -79,6 +79,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid/bench"
@@ -316,7 +318,7 @@ func printProgress(p bench.Progress) {
 			p.Mode, p.Elapsed.Seconds(), p.Rate, p.Decisions, p.Asks, p.Admitted)
 	}
 	if p.Errors > 0 {
-		line += fmt.Sprintf(", %d errors", p.Errors)
+		line += ", " + plural.Count(p.Errors, "error")
 	}
 	fmt.Fprintf(os.Stderr, "\r%-80s", line)
 }
