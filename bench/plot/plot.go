@@ -3,7 +3,10 @@
 // It serves the bench suite: admitted rate over time, one line per mode,
 // with outages shaded and the ideal rate drawn as a dashed reference line.
 // The output opens in any browser and depends only on the input: equal
-// charts give byte-identical files.
+// charts give byte-identical files. It uses the standard library alone, so
+// that the bench, which is part of the core module, adds nothing to the
+// dependencies of the limiter's users (bench/README.md says why no plotting
+// library is used).
 package plot
 
 import (
