@@ -12,6 +12,7 @@ import (
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The failover cases: a Sentinel set (a master, two replicas, three
@@ -56,6 +57,59 @@ const (
 	foLagging  = "lagging"  // both replicas frozen and cut off for 1.5 s, then the master killed: the promoted one lacks those writes
 )
 
+// foTopology is a Redis with replicas that a failover case runs against.
+type foTopology interface {
+	// client returns a client of the instance's own.
+	client(t *testing.T) redis.UniversalClient
+	// master returns the master that holds the hot key's bucket now.
+	master(t *testing.T) *redistest.Proc
+	// replicas returns the replicas of m.
+	replicas(t *testing.T, m *redistest.Proc) []*redistest.Proc
+	// handover hands m's place to a replica without losing a write, and
+	// returns once the replica serves it.
+	handover(t *testing.T, m *redistest.Proc)
+	// promoted waits until a replica serves in the place of m, killed.
+	promoted(t *testing.T, m *redistest.Proc)
+}
+
+// sentinelTopology is a Sentinel set: a master, two replicas.
+type sentinelTopology struct{ s *redistest.SentinelProc }
+
+func (st sentinelTopology) client(t *testing.T) redis.UniversalClient {
+	return redistest.FailoverClient(t, st.s)
+}
+
+func (st sentinelTopology) master(t *testing.T) *redistest.Proc {
+	m, err := st.s.Master()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (st sentinelTopology) replicas(t *testing.T, m *redistest.Proc) []*redistest.Proc {
+	var replicas []*redistest.Proc
+	for _, p := range st.s.Nodes() {
+		if p != m {
+			replicas = append(replicas, p)
+		}
+	}
+	return replicas
+}
+
+func (st sentinelTopology) handover(t *testing.T, m *redistest.Proc) {
+	if err := st.s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	st.promoted(t, m)
+}
+
+func (st sentinelTopology) promoted(t *testing.T, m *redistest.Proc) {
+	if _, err := st.s.WaitFailover(m.Addr(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFailoverSentinel: the master of a Sentinel set killed with SIGKILL,
 // in lease, optimistic and exact modes; handed over by SENTINEL FAILOVER,
 // and killed after its replicas missed 1.5 s of its writes, in lease mode.
@@ -79,22 +133,21 @@ func TestFailoverSentinel(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%s", c.mode, c.fault), func(t *testing.T) {
 			lim := foLimit
 			lim.Mode = c.mode
-			res := failover(t, lim, c.fault)
+			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, c.fault)
 			checkFailover(t, lim, res)
 		})
 	}
 }
 
-// failover runs one failover case and returns what it measured.
-func failover(t *testing.T, lim hybrid.Limit, fault string) foResult {
-	s := redistest.Sentinel(t)
+// failover runs one failover case on topo and returns what it measured.
+func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foResult {
 	var (
 		lims   []*hybrid.Limiter
 		states []*transitions
 	)
 	for i := range foInstances {
 		tr := newTransitions()
-		l, err := hybrid.New(redistest.FailoverClient(t, s), hybrid.Config{
+		l, err := hybrid.New(topo.client(t), hybrid.Config{
 			InstanceID: "fo-" + strconv.Itoa(i),
 			Breaker:    breaker.Config{OnStateChange: tr.record},
 		})
@@ -139,25 +192,13 @@ func failover(t *testing.T, lim hybrid.Limit, fault string) foResult {
 		}
 	}
 	time.Sleep(foBefore) // load, not synchronisation: the fleet runs at 4x the limit
-	old, err := s.MasterAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	marks := make([]int, len(states))
 	for i, tr := range states {
 		marks[i] = tr.len()
 	}
-	m, err := s.Master()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := topo.master(t)
 	if fault == foLagging {
-		var replicas []*redistest.Proc
-		for _, p := range s.Nodes() {
-			if p != m {
-				replicas = append(replicas, p)
-			}
-		}
+		replicas := topo.replicas(t, m)
 		for _, p := range replicas {
 			if err := p.Freeze(); err != nil {
 				t.Fatal(err)
@@ -171,25 +212,27 @@ func failover(t *testing.T, lim hybrid.Limit, fault string) foResult {
 			t.Fatal(err)
 		}
 		time.Sleep(1500 * time.Millisecond) // the master takes writes its replicas miss
-		err = m.Kill()
+		err := m.Kill()
 		for _, p := range replicas {
 			if terr := p.Thaw(); terr != nil {
 				t.Fatal(terr)
 			}
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	res.fault = time.Now()
 	switch fault {
 	case foHandover:
-		err = s.Failover()
+		topo.handover(t, m)
 	case foKill:
-		err = m.Kill()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WaitFailover(old, 30*time.Second); err != nil {
-		t.Fatal(err)
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		topo.promoted(t, m)
+	case foLagging:
+		topo.promoted(t, m)
 	}
 	res.promoted = time.Now()
 	// Every breaker closed again (if one opened), and a round settled.

@@ -128,38 +128,57 @@ func checkBeat(id string, ttl time.Duration) (int64, error) {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond), nil
 }
 
-// parseFleetReply reads the script's reply {live, now_ms}, in which live is
-// at least minLive. It never panics: anything else is an error wrapping
-// ErrReply.
+// parseFleetReply reads the script's reply {live, now_ms, was_ms}, in which
+// live is at least minLive. It never panics: anything else is an error
+// wrapping ErrReply.
 func parseFleetReply(v any, minLive int64) (int, time.Time, time.Time, error) {
 	var zero time.Time
+	x, err := integers(v, 3)
+	if err != nil {
+		return 0, zero, zero, err
+	}
+	if live := x[0]; live < minLive || live > maxLive {
+		return 0, zero, zero, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
+	}
+	now, was, err := beatTimes(x[1], x[2])
+	if err != nil {
+		return 0, zero, zero, err
+	}
+	return int(x[0]), now, was, nil
+}
+
+// integers reads a reply of n integers. It never panics: anything else is
+// an error wrapping ErrReply.
+func integers(v any, n int) ([]int64, error) {
 	a, ok := v.([]any)
 	if !ok {
-		return 0, zero, zero, fmt.Errorf("%w: got %T, want 3 integers", ErrReply, v)
+		return nil, fmt.Errorf("%w: got %T, want %d integers", ErrReply, v, n)
 	}
-	if len(a) != 3 {
-		return 0, zero, zero, fmt.Errorf("%w: got %d values, want 3 integers", ErrReply, len(a))
+	if len(a) != n {
+		return nil, fmt.Errorf("%w: got %d values, want %d integers", ErrReply, len(a), n)
 	}
-	var x [3]int64
+	x := make([]int64, n)
 	for i, e := range a {
-		n, ok := e.(int64)
-		if !ok {
-			return 0, zero, zero, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
+		if x[i], ok = e.(int64); !ok {
+			return nil, fmt.Errorf("%w: value %d is %T, want an integer", ErrReply, i, e)
 		}
-		x[i] = n
 	}
-	live, now, was := x[0], x[1], x[2]
+	return x, nil
+}
+
+// beatTimes reads the Redis time and an instance's last beat, in
+// milliseconds, of a reply: a last beat of 0 is none (the zero Time).
+func beatTimes(now, was int64) (time.Time, time.Time, error) {
+	var zero time.Time
 	switch {
-	case live < minLive || live > maxLive:
-		return 0, zero, zero, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
 	case now < 0 || now > maxAmount:
-		return 0, zero, zero, fmt.Errorf("%w: time %d ms is outside [0, 2^53)", ErrReply, now)
+		return zero, zero, fmt.Errorf("%w: time %d ms is outside [0, 2^53)", ErrReply, now)
 	case was < 0 || was > maxAmount:
-		return 0, zero, zero, fmt.Errorf("%w: last beat %d ms is outside [0, 2^53)", ErrReply, was)
+		return zero, zero, fmt.Errorf("%w: last beat %d ms is outside [0, 2^53)", ErrReply, was)
 	}
 	var wasT time.Time
 	if was > 0 {
 		wasT = time.UnixMilli(was)
 	}
-	return int(live), time.UnixMilli(now), wasT, nil
+	return time.UnixMilli(now), wasT, nil
 }

@@ -82,6 +82,7 @@ type Limiter struct {
 	fleetKey string // Config.Prefix + ":fleet{fleet}"
 	script   *redis.Script
 	fleet    *redis.Script // lua.Heartbeat
+	witness  *redis.Script // lua.Witness
 }
 
 // New returns a Limiter that keeps its buckets in rdb.
@@ -102,6 +103,7 @@ func New(rdb Client, cfg Config) (*Limiter, error) {
 		fleetKey: prefix + fleetSuffix,
 		script:   redis.NewScript(lua.Settle),
 		fleet:    redis.NewScript(lua.Heartbeat),
+		witness:  redis.NewScript(lua.Witness),
 	}, nil
 }
 

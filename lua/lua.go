@@ -30,3 +30,14 @@ var Settle string
 //
 //go:embed heartbeat.lua
 var Heartbeat string
+
+// Witness is the source of witness.lua: an instance's last beat on one Redis
+// node, kept in KEYS[1] beside a bucket of that node. With ARGV keep_ms it
+// replies {now_ms, was_ms}: Redis TIME and the beat it held before (0 if
+// none), and sets the beat to now for keep_ms (deletes it for keep_ms 0).
+// On a Redis Cluster each
+// master keeps one for each instance, so that an instance sees which node
+// lost its writes.
+//
+//go:embed witness.lua
+var Witness string

@@ -64,6 +64,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 	if _, err := r.st.Leave(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval); err != nil {
 		errs = append(errs, fmt.Errorf("reconcile: close: leave the fleet: %w", err))
 	}
+	r.unwitness(ctx)
 	err := errors.Join(errs...)
 	r.logClose(len(r.sets), lost, err)
 	return err

@@ -16,6 +16,7 @@ func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 	defer r.countedOnce.Do(func() { close(r.counted) })
 	start := r.clock.Now()
 	live, now, err := r.beat(ctx)
+	r.witnessNodes(ctx, err == nil)
 	next = r.cfg.HeartbeatInterval
 	if r.beats.Add(1) < youngBeats {
 		next = min(next, r.cfg.SyncInterval)
@@ -59,7 +60,7 @@ func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err err
 	nd := r.def
 	if r.router != nil {
 		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-		nd = r.node(r.router.FleetNode(lctx))
+		nd = r.node(r.router.FleetNode(lctx), "", true)
 		cancel()
 	}
 	var was time.Time

@@ -150,18 +150,35 @@ func (j *journal) since(at int64) map[string]took {
 }
 
 // witnessed handles a heartbeat's reply: Redis's time now and when it last
-// saw this instance beat (zero: never). A last beat older than this
-// instance's last, or none when Redis should still hold it, means Redis lost
-// the writes since: what the journal says this instance's settlements took
-// after then is charged again.
+// saw this instance beat (zero: never). On a Redis Cluster it witnesses the
+// node of the fleet count alone; witnessNodes the others.
 func (r *Reconciler) witnessed(now, was time.Time) {
+	on := ""
+	if r.router != nil {
+		on = r.router.FleetNode(done)
+	}
+	r.witnessedOn("", on, now, was)
+}
+
+// witnessedOn handles the reply of a beat of witness w ("" for the
+// heartbeat's, else a node's probe key) that the node at addr answered ("":
+// a single Redis, or a node not known): Redis's time now and the beat
+// before it that the node held (zero: none). A beat older than this
+// instance's last of w, or none when the node should still hold it, means
+// the node lost the writes since: what the journal says this instance's
+// settlements took after then, of the keys addr holds, is charged again
+// (every key's when addr is "").
+func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	r.lossMu.Lock()
-	last := r.lastBeat
+	last := r.lastBeats[w]
 	if !now.After(last) {
 		r.lossMu.Unlock()
 		return // an older beat than one handled already
 	}
-	r.lastBeat = now
+	if r.lastBeats == nil {
+		r.lastBeats = make(map[string]time.Time)
+	}
+	r.lastBeats[w] = now
 	r.lossMu.Unlock()
 	if last.IsZero() {
 		return // the first beat: nothing to compare
@@ -169,7 +186,7 @@ func (r *Reconciler) witnessed(now, was time.Time) {
 	var since time.Time
 	switch {
 	case was.IsZero() && now.Sub(last) < witnessKept:
-		// Redis lost this instance's last beat, which it would still
+		// The node lost this instance's last beat, which it would still
 		// hold: it lost its data, every bucket as much.
 	case !was.IsZero() && was.Before(last):
 		since = was
@@ -177,13 +194,30 @@ func (r *Reconciler) witnessed(now, was time.Time) {
 		return
 	}
 	lost := r.journal.since(since.UnixMicro())
+	var keys int
 	var tokens int64
 	for key, t := range lost {
+		if addr != "" && r.router.Node(done, key) != addr {
+			continue // another node's
+		}
 		r.addOrphan(key, t.sp, t.net, 0)
+		keys++
 		tokens += t.net
 	}
 	r.stats.losses.Add(1)
 	r.stats.recharged.Add(uint64(tokens))
 	r.log.Warn("hybrid: Redis lost writes (a failover to a replica that lagged, or a restart); charging again what this instance took since",
-		slog.Time("since", since), slog.Int("keys", len(lost)), slog.Float64("tokens", float64(tokens)/1e6))
+		slog.String("node", addr), slog.Time("since", since), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
+}
+
+// forgetWitnesses drops the last beats of the node witnesses that keep is
+// false for.
+func (r *Reconciler) forgetWitnesses(keep func(w string) bool) {
+	r.lossMu.Lock()
+	defer r.lossMu.Unlock()
+	for w := range r.lastBeats {
+		if w != "" && !keep(w) {
+			delete(r.lastBeats, w)
+		}
+	}
 }

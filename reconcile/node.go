@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,8 +37,17 @@ type relayouter interface{ Relayout() }
 // calls to it. The node of address "" stands for a single Redis, and for the
 // keys whose node is not known.
 type node struct {
-	addr     string
+	addr string
+	// probe is the key whose lookup made the node: the node's witness is
+	// kept beside its bucket (witness.go). It is "" for the node made for
+	// the fleet count (fleet true), whose witness the heartbeat keeps, and
+	// for one made for a key starting with '}', whose bucket's slot a
+	// witness cannot share (global.Limiter.WitnessKey).
+	probe    string
+	fleet    bool
 	br       *breaker.Breaker
+	mu       sync.Mutex   // serialises the breaker's state changes with retire
+	retired  bool         // another node answers for its keys now (retire), under mu
 	degraded atomic.Bool  // the breaker is not closed: decide locally
 	openedAt atomic.Int64 // clock reading when the breaker left the closed state
 	// settleUntil is the clock reading until which the node's keys are
@@ -57,8 +67,11 @@ type NodeState struct {
 // newNode returns the node of addr with a breaker of its own, configured as
 // Config.Breaker. Its state changes are counted, logged and passed on to
 // Config.Breaker.OnStateChange.
-func (r *Reconciler) newNode(addr string) (*node, error) {
-	n := &node{addr: addr}
+func (r *Reconciler) newNode(addr, probe string, fleet bool) (*node, error) {
+	if strings.HasPrefix(probe, "}") {
+		probe = ""
+	}
+	n := &node{addr: addr, probe: probe, fleet: fleet}
 	bc := r.cfg.Breaker
 	if addr != "" {
 		name := bc.Name
@@ -69,18 +82,22 @@ func (r *Reconciler) newNode(addr string) (*node, error) {
 	}
 	user := bc.OnStateChange
 	bc.OnStateChange = func(from, to breaker.State) {
-		if to == breaker.Closed && from != breaker.Closed {
-			r.settleUp(n)
+		n.mu.Lock()
+		if !n.retired {
+			if to == breaker.Closed && from != breaker.Closed {
+				r.settleUp(n)
+			}
+			if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
+				if was {
+					r.ndegraded.Add(-1)
+				} else {
+					r.ndegraded.Add(1)
+				}
+			}
 		}
+		n.mu.Unlock()
 		if rl, ok := r.router.(relayouter); ok && to == breaker.Open && addr != "" {
 			rl.Relayout() // a replica may be taking the node's slots over
-		}
-		if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
-			if was {
-				r.ndegraded.Add(-1)
-			} else {
-				r.ndegraded.Add(1)
-			}
 		}
 		r.stats.countTransition(from, to)
 		r.logTransition(n, from, to)
@@ -109,11 +126,12 @@ func (r *Reconciler) nodeOf(ctx context.Context, key string) *node {
 	if r.router == nil {
 		return r.def
 	}
-	return r.node(r.router.Node(ctx, key))
+	return r.node(r.router.Node(ctx, key), key, false)
 }
 
-// node returns the node of addr, made the first time it is asked for.
-func (r *Reconciler) node(addr string) *node {
+// node returns the node of addr, made the first time it is asked for, with
+// probe (a key it holds) as its probe, or for the fleet count if fleet.
+func (r *Reconciler) node(addr, probe string, fleet bool) *node {
 	if addr == "" {
 		return r.def
 	}
@@ -126,7 +144,7 @@ func (r *Reconciler) node(addr string) *node {
 	if n, ok := m[addr]; ok {
 		return n
 	}
-	n, err := r.newNode(addr)
+	n, err := r.newNode(addr, probe, fleet)
 	if err != nil { // the config was checked by New: not reached
 		return r.def
 	}

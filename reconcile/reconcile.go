@@ -161,19 +161,22 @@ type Reconciler struct {
 	wg      sync.WaitGroup  // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
-	batch       []*Entry
-	held        []*Entry
-	sets        []global.Settlement
-	owners      []owner // owners[i] is whose sets[i] is
-	replies     []global.Reply
-	ends        []time.Duration // ends[i] is when the reply to sets[i] came
-	dedup       string          // Settlement.Instance: random, this Reconciler's alone
-	seq         int64           // the last Settlement.Seq given
-	fetchID     string          // Settlement.Instance of the fetches: dedup + ".f"
-	fetchSeq    atomic.Int64    // the last Seq given to a fetch
-	journal     journal         // what the settlements took lately (losses.go)
-	lossMu      sync.Mutex      // serialises witnessed
-	lastBeat    time.Time       // Redis time of the last heartbeat handled, under lossMu
+	batch    []*Entry
+	held     []*Entry
+	sets     []global.Settlement
+	owners   []owner // owners[i] is whose sets[i] is
+	replies  []global.Reply
+	ends     []time.Duration // ends[i] is when the reply to sets[i] came
+	dedup    string          // Settlement.Instance: random, this Reconciler's alone
+	seq      int64           // the last Settlement.Seq given
+	fetchID  string          // Settlement.Instance of the fetches: dedup + ".f"
+	fetchSeq atomic.Int64    // the last Seq given to a fetch
+	journal  journal         // what the settlements took lately (losses.go)
+	lossMu   sync.Mutex      // serialises witnessed
+	// lastBeats is the Redis time of the last beat handled, by witness:
+	// "" for the heartbeat's, a node's probe key for a node's (witness.go),
+	// under lossMu.
+	lastBeats   map[string]time.Time
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made
@@ -253,7 +256,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	}
 	r.callTimeout = cmp.Or(cfg.Breaker.CallTimeout, breaker.DefaultCallTimeout)
 	r.nodes.Store(&map[string]*node{})
-	if r.def, err = r.newNode(""); err != nil {
+	if r.def, err = r.newNode("", "", false); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	r.live.Store(int64(max(cfg.Instances, 1)))

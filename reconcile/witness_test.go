@@ -1,0 +1,156 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// movingStore is a nodeStore whose layout moves, as a Redis Cluster's does
+// when a replica takes a master's place: a key's node is route[its first
+// byte], and the fleet count is on node "a". Each key's node keeps a witness
+// beside its bucket, as global.Limiter.Witness does; lose makes the node of
+// a key forget the beats (and so the writes) after a time.
+type movingStore struct {
+	*nodeStore
+	wmu    sync.Mutex
+	route  map[string]string      // first byte of a key -> node
+	beats  map[string][]time.Time // by key: the instance's beats beside it, as the node holds them
+	beaten map[string]int         // by node: beats answered
+}
+
+func newMovingStore() *movingStore {
+	return &movingStore{
+		nodeStore: &nodeStore{store: newStore(), down: map[string]bool{}},
+		route:     map[string]string{"a": "a", "b": "b"},
+		beats:     map[string][]time.Time{},
+		beaten:    map[string]int{},
+	}
+}
+
+func (s *movingStore) Relayout()    {}
+func (s *movingStore) Spread() bool { return true }
+func (s *movingStore) Node(ctx context.Context, key string) string {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.route[key[:1]]
+}
+func (s *movingStore) FleetNode(ctx context.Context) string { return "a" }
+
+func (s *movingStore) Witness(ctx context.Context, key, id string, ttl time.Duration) (time.Time, time.Time, error) {
+	s.mu.Lock()
+	down := s.down[key[:1]]
+	s.mu.Unlock()
+	if down {
+		return time.Time{}, time.Time{}, errNoReply
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	now := time.Now().Truncate(time.Millisecond)
+	var was time.Time
+	if b := s.beats[key]; len(b) > 0 {
+		was = b[len(b)-1]
+	}
+	s.beats[key] = append(s.beats[key], now)
+	s.beaten[s.route[key[:1]]]++
+	return now, was, nil
+}
+
+func (s *movingStore) Unwitness(ctx context.Context, key, id string) error { return nil }
+
+// lose makes the node of key forget the beats beside it after since: a
+// node that lost its writes after since.
+func (s *movingStore) lose(key string, since time.Time) {
+	s.wmu.Lock()
+	b := s.beats[key]
+	for len(b) > 0 && b[len(b)-1].After(since) {
+		b = b[:len(b)-1]
+	}
+	s.beats[key] = b
+	s.wmu.Unlock()
+}
+
+// TestNodeWitness: on a Redis Cluster, a master other than the fleet
+// count's that lost writes is seen by the witness beside its keys, and
+// only its keys are charged again; when its replica takes its place, the
+// first beat the replica answers sees what it lacks, and the dead master's
+// node is retired: the instance is no longer degraded.
+func TestNodeWitness(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newMovingStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second,
+			Breaker: breaker.Config{OpenTimeout: time.Second}})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Lease)
+		a, b := entry(r, "a1", sp), entry(r, "b1", sp)
+		fetch := func(e *reconcile.Entry, n int64) int64 {
+			t.Helper()
+			before := e.Allowance.Load()
+			if err := r.Fetch(context.Background(), e, n*M); err != nil {
+				t.Fatal(err)
+			}
+			return e.Allowance.Load() - before
+		}
+		fetch(a, 1)
+		fetch(b, 1)
+		time.Sleep(2500 * time.Millisecond) // beats: the first compares with nothing
+		synctest.Wait()
+		if st.beaten["b"] == 0 || st.beaten["a"] != 0 {
+			t.Fatalf("beats beside the keys: %v; want some on b, none on a (the fleet count's node, whose heartbeat witnesses it)", st.beaten)
+		}
+
+		cut := time.Now()
+		time.Sleep(10 * time.Millisecond)
+		fetch(a, 3)
+		gb := fetch(b, 7)
+		time.Sleep(time.Second) // a beat after the fetches
+		synctest.Wait()
+		st.lose("b1", cut)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if s := r.Stats(); s.Losses != 1 || s.Recharged != uint64(gb) || s.Orphans != 1 {
+			t.Fatalf("after b lost its writes since the cut: %d losses, %d micro-tokens charged again, %d orphans; want 1, %d (b1's grant, not a1's), 1",
+				s.Losses, s.Recharged, s.Orphans, gb)
+		}
+
+		// Node b dies: its breaker opens.
+		st.set(func(*store) { st.down["b"] = true })
+		for range 10 {
+			b.Allowance.TakeAll()
+			r.Fetch(context.Background(), b, M)
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		if !r.Degraded() || !r.DegradedKey("b1") {
+			t.Fatalf("Degraded() = %v, DegradedKey(b1) = %v with node b dead, want true, true", r.Degraded(), r.DegradedKey("b1"))
+		}
+		// Its replica c takes its place, having missed the writes of the
+		// last 2.5 s.
+		cut = time.Now().Add(-2500 * time.Millisecond)
+		st.wmu.Lock()
+		st.route["b"] = "c"
+		st.wmu.Unlock()
+		st.lose("b1", cut)
+		st.set(func(*store) { st.down["b"] = false })
+		before := r.Stats().Losses
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		s := r.Stats()
+		if s.Losses != before+1 {
+			t.Errorf("%d losses after the replica took b's place, want %d", s.Losses, before+1)
+		}
+		if r.Degraded() || r.DegradedKey("b1") {
+			t.Errorf("Degraded() = %v, DegradedKey(b1) = %v once c holds b's keys, want false, false", r.Degraded(), r.DegradedKey("b1"))
+		}
+		for _, n := range s.Nodes {
+			if n.Addr == "b" {
+				t.Errorf("Stats.Nodes = %+v still lists b, retired", s.Nodes)
+			}
+		}
+	})
+}
