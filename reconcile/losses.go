@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -30,6 +31,13 @@ type witness interface {
 	HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error)
 }
 
+// beat is a beat of a witness: the Redis time it was made at, and the node
+// that answered it ("" on a single Redis).
+type beat struct {
+	at   time.Time
+	node string
+}
+
 // witnessKept is how long Redis keeps an instance's last beat at least
 // (lua/heartbeat.lua).
 const witnessKept = 10 * time.Minute
@@ -40,26 +48,36 @@ const witnessKept = 10 * time.Minute
 const journalBeats = 3
 
 // journal is what this instance's settlements took out of each bucket
-// lately, key by key, in slots of journalSlot, oldest first: a hot key
-// settled every millisecond costs one entry a slot.
+// lately, key by key (and node by node on a Redis Cluster), in slots of
+// journalSlot, oldest first: a hot key settled every millisecond costs one
+// entry a slot.
 type journal struct {
 	mu    sync.Mutex
 	slots []slot
 	n     int // entries over all slots
+	// An outage pins the journal: what was taken from pinFrom on is kept
+	// until pinUntil (Redis times in microseconds), for a failover can take
+	// longer than the journal's span, and a loss is seen only once a node
+	// answers again.
+	pinFrom, pinUntil int64
 }
 
-// slot is what the settlements whose replies came in one journalSlot took.
+// slot is what the settlements whose replies came in one journalSlot took,
+// by key, or by key, "\x00" and node on a Redis Cluster.
 type slot struct {
 	start int64 // Redis time, microseconds
 	took  map[string]took
 }
 
-// took is what settlements of one key took out of its bucket in a slot:
-// granted plus consumed less returned, and the Redis time of the last.
+// took is what settlements of one key took out of its bucket in a slot,
+// on one node: granted plus consumed less returned, and the Redis time of
+// the last.
 type took struct {
-	sp  *Spec
-	at  int64 // Redis time, microseconds
-	net int64 // micro-tokens
+	sp   *Spec
+	key  string
+	node string // the Redis Cluster node that held the bucket, "" on a single Redis
+	at   int64  // Redis time, microseconds
+	net  int64  // micro-tokens
 }
 
 const (
@@ -74,12 +92,13 @@ const (
 	journalMax = 1 << 14
 )
 
-// add records what s, a settlement of a key of sp, took, as its reply rep
-// tells, and drops what is older than span before it. A failed settlement
+// add records what s, a settlement of a key of sp on node ("" on a single
+// Redis), took, as its reply rep tells, and drops what is older than span
+// before it. A failed settlement
 // and a duplicate (whose first reply was recorded, if it came) add nothing;
 // nor does one that gave back more than it took (a give-back Redis lost
 // leaves its bucket short, towards denying).
-func (j *journal) add(sp *Spec, s *global.Settlement, rep *global.Reply, span time.Duration) {
+func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.Reply, span time.Duration) {
 	if rep.Err != nil || rep.Duplicate || rep.Now.IsZero() || sp == nil {
 		return
 	}
@@ -102,13 +121,20 @@ func (j *journal) add(sp *Spec, s *global.Settlement, rep *global.Reply, span ti
 		j.slots = append(j.slots, slot{start: start, took: make(map[string]took)})
 		k = len(j.slots) - 1
 	}
-	t, ok := j.slots[k].took[s.Key]
+	id := s.Key
+	if node != "" {
+		id = s.Key + "\x00" + node
+	}
+	t, ok := j.slots[k].took[id]
 	if !ok {
 		j.n++
 	}
-	t.sp, t.at, t.net = sp, max(t.at, at), t.net+net
-	j.slots[k].took[s.Key] = t
+	t.sp, t.key, t.node, t.at, t.net = sp, s.Key, node, max(t.at, at), t.net+net
+	j.slots[k].took[id] = t
 	cut := at - span.Microseconds()
+	if at < j.pinUntil {
+		cut = min(cut, j.pinFrom)
+	}
 	drop := 0
 	for drop < len(j.slots)-1 && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
 		j.n -= len(j.slots[drop].took)
@@ -121,28 +147,64 @@ func (j *journal) add(sp *Spec, s *global.Settlement, rep *global.Reply, span ti
 	}
 }
 
+// pin keeps what was taken from two spans before now on (Redis time,
+// microseconds: now is when a breaker opened, after calls failed for a
+// while) while an outage lasts: until unpin, and then for two spans more,
+// time for a heartbeat to see a loss the outage hid.
+func (j *journal) pin(now int64, span time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if now >= j.pinUntil {
+		j.pinFrom = now - 2*span.Microseconds()
+	}
+	j.pinUntil = math.MaxInt64
+}
+
+// unpin ends the pin of an outage at now plus two spans, unless another
+// outage holds it.
+func (j *journal) unpin(now int64, span time.Duration, outages int32) {
+	if outages > 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pinUntil = now + 2*span.Microseconds()
+}
+
 // Took records what s, a settlement of a key of sp that a caller sent
 // itself through SettleNow (an Exact decision), took out of its bucket, as
 // its reply rep tells: if Redis loses that write, the instance charges it
 // again (see witnessed).
+//
+// On a Redis Cluster the entry names the node the key's bucket is on now,
+// which answered the settlement (unless the layout changed in between): a
+// replica promoted in a master's place keeps what it answered itself.
 func (r *Reconciler) Took(sp *Spec, s *global.Settlement, rep *global.Reply) {
-	r.journal.add(sp, s, rep, journalBeats*r.cfg.HeartbeatInterval)
+	node := ""
+	if r.router != nil && rep.Err == nil {
+		node = r.router.Node(done, s.Key)
+	}
+	r.journal.add(sp, node, s, rep, r.journalSpan())
 }
+
+// journalSpan is how long the journal keeps what settlements took, outside
+// outages.
+func (r *Reconciler) journalSpan() time.Duration { return journalBeats * r.cfg.HeartbeatInterval }
 
 // since returns, key by key, what the settlements whose last reply of a
 // slot came at or after at (Redis time, microseconds) took in that slot,
-// with the key's spec: a slot's settlements before at are counted too,
-// towards denying.
-func (j *journal) since(at int64) map[string]took {
+// with the key's spec, of the entries keep is true for: a slot's
+// settlements before at are counted too, towards denying.
+func (j *journal) since(at int64, keep func(t *took) bool) map[string]took {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := make(map[string]took)
 	for _, sl := range j.slots {
-		for key, t := range sl.took {
-			if t.at >= at {
-				sum := out[key]
-				sum.sp, sum.net = t.sp, sum.net+t.net
-				out[key] = sum
+		for _, t := range sl.took {
+			if t.at >= at && keep(&t) {
+				sum := out[t.key]
+				sum.sp, sum.key, sum.net = t.sp, t.key, sum.net+t.net
+				out[t.key] = sum
 			}
 		}
 	}
@@ -166,40 +228,44 @@ func (r *Reconciler) witnessed(now, was time.Time) {
 // before it that the node held (zero: none). A beat older than this
 // instance's last of w, or none when the node should still hold it, means
 // the node lost the writes since: what the journal says this instance's
-// settlements took after then, of the keys addr holds, is charged again
-// (every key's when addr is "").
+// settlements took after then is charged again. On a Redis Cluster that is
+// what they took of the keys addr holds now; and if another node answered
+// the last beat (addr is a replica that took its place), only what that
+// other node answered: what the replica answered once promoted, the charges
+// of the outage's admissions among them, it holds. With addr "", every
+// key's.
 func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	r.lossMu.Lock()
 	last := r.lastBeats[w]
-	if !now.After(last) {
+	if !now.After(last.at) {
 		r.lossMu.Unlock()
 		return // an older beat than one handled already
 	}
 	if r.lastBeats == nil {
-		r.lastBeats = make(map[string]time.Time)
+		r.lastBeats = make(map[string]beat)
 	}
-	r.lastBeats[w] = now
+	r.lastBeats[w] = beat{at: now, node: addr}
 	r.lossMu.Unlock()
-	if last.IsZero() {
+	if last.at.IsZero() {
 		return // the first beat: nothing to compare
 	}
 	var since time.Time
 	switch {
-	case was.IsZero() && now.Sub(last) < witnessKept:
+	case was.IsZero() && now.Sub(last.at) < witnessKept:
 		// The node lost this instance's last beat, which it would still
 		// hold: it lost its data, every bucket as much.
-	case !was.IsZero() && was.Before(last):
+	case !was.IsZero() && was.Before(last.at):
 		since = was
 	default:
 		return
 	}
-	lost := r.journal.since(since.UnixMicro())
+	moved := last.node != addr // another node answers: a replica took the place of last.node
+	lost := r.journal.since(since.UnixMicro(), func(t *took) bool {
+		return addr == "" || r.router.Node(done, t.key) == addr && (!moved || t.node != addr)
+	})
 	var keys int
 	var tokens int64
 	for key, t := range lost {
-		if addr != "" && r.router.Node(done, key) != addr {
-			continue // another node's
-		}
 		r.addOrphan(key, t.sp, t.net, 0)
 		keys++
 		tokens += t.net

@@ -82,3 +82,45 @@ func TestLostWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestLostWritesLongOutage: an outage longer than the journal's span (a
+// failover that takes its time) keeps what the instance took before it, so
+// that the first heartbeat after it, which finds the loss, charges it
+// again, though settlements came back in between.
+func TestLostWritesLongOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		defer r.Close(context.Background())
+		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
+		cut := time.Now()
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		if err := r.Fetch(context.Background(), e, 7*M); err != nil {
+			t.Fatal(err)
+		}
+		granted := e.Allowance.Load()
+		time.Sleep(time.Second) // a beat after the grant, which the loss takes too
+		w.set(func(s *store) { s.fail = errNoReply })
+		time.Sleep(10 * time.Second) // more than three heartbeat intervals
+		synctest.Wait()
+		if !r.Degraded() {
+			t.Fatal("not degraded after 10 s of failing calls")
+		}
+		w.lose(cut)
+		w.set(func(s *store) { s.fail = nil })
+		other := entry(r, "other", spec(t, 10, 100, reconcile.Lease))
+		for range 20 { // until the breaker lets a call through
+			if r.Fetch(context.Background(), other, M) == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		st := r.Stats()
+		if st.Losses != 1 || st.Recharged < uint64(granted) {
+			t.Fatalf("after an outage of 10 s that lost the grant: %d losses, %d micro-tokens charged again; want 1, at least %d (the grant before it)",
+				st.Losses, st.Recharged, granted)
+		}
+	})
+}

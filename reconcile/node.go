@@ -88,10 +88,12 @@ func (r *Reconciler) newNode(addr, probe string, fleet bool) (*node, error) {
 				r.settleUp(n)
 			}
 			if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
+				now := r.clock.Time(r.clock.Now()).UnixMicro()
 				if was {
-					r.ndegraded.Add(-1)
+					r.journal.unpin(now, r.journalSpan(), r.ndegraded.Add(-1))
 				} else {
 					r.ndegraded.Add(1)
+					r.journal.pin(now, r.journalSpan())
 				}
 			}
 		}

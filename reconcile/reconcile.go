@@ -173,10 +173,10 @@ type Reconciler struct {
 	fetchSeq atomic.Int64    // the last Seq given to a fetch
 	journal  journal         // what the settlements took lately (losses.go)
 	lossMu   sync.Mutex      // serialises witnessed
-	// lastBeats is the Redis time of the last beat handled, by witness:
-	// "" for the heartbeat's, a node's probe key for a node's (witness.go),
-	// under lossMu.
-	lastBeats   map[string]time.Time
+	// lastBeats is the last beat handled, by witness: "" for the
+	// heartbeat's, a node's probe key for a node's (witness.go), under
+	// lossMu.
+	lastBeats map[string]beat
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made

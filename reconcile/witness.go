@@ -100,7 +100,7 @@ func (r *Reconciler) retire(n *node, other string) {
 	n.mu.Lock()
 	n.retired = true
 	if n.degraded.Swap(false) {
-		r.ndegraded.Add(-1)
+		r.journal.unpin(r.clock.Time(r.clock.Now()).UnixMicro(), r.journalSpan(), r.ndegraded.Add(-1))
 	}
 	n.mu.Unlock()
 	r.log.Info("hybrid: Redis node retired: another node holds its keys now", slog.String("node", n.addr), slog.String("by", other))

@@ -118,7 +118,14 @@ func TestNodeWitness(t *testing.T) {
 				s.Losses, s.Recharged, s.Orphans, gb)
 		}
 
-		// Node b dies: its breaker opens.
+		// A grant node b answers and will lose; then b dies: its breaker
+		// opens.
+		time.Sleep(time.Second) // past the loss above
+		cut = time.Now()
+		time.Sleep(10 * time.Millisecond)
+		b.Allowance.TakeAll()
+		lostGrant := fetch(b, 4)
+		time.Sleep(time.Second) // a beat after it
 		st.set(func(*store) { st.down["b"] = true })
 		for range 10 {
 			b.Allowance.TakeAll()
@@ -129,20 +136,22 @@ func TestNodeWitness(t *testing.T) {
 		if !r.Degraded() || !r.DegradedKey("b1") {
 			t.Fatalf("Degraded() = %v, DegradedKey(b1) = %v with node b dead, want true, true", r.Degraded(), r.DegradedKey("b1"))
 		}
-		// Its replica c takes its place, having missed the writes of the
-		// last 2.5 s.
-		cut = time.Now().Add(-2500 * time.Millisecond)
+		// Its replica c takes its place, having missed the writes since
+		// the cut; a grant c answers before the next beat is c's own.
 		st.wmu.Lock()
 		st.route["b"] = "c"
 		st.wmu.Unlock()
 		st.lose("b1", cut)
 		st.set(func(*store) { st.down["b"] = false })
-		before := r.Stats().Losses
+		before := r.Stats()
+		b.Allowance.TakeAll()
+		fetch(b, 3)
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
 		s := r.Stats()
-		if s.Losses != before+1 {
-			t.Errorf("%d losses after the replica took b's place, want %d", s.Losses, before+1)
+		if s.Losses != before.Losses+1 || s.Recharged-before.Recharged != uint64(lostGrant) {
+			t.Errorf("after the replica took b's place: %d losses, %d micro-tokens charged again; want %d, %d (the grant b answered, not the one c did)",
+				s.Losses, s.Recharged-before.Recharged, before.Losses+1, lostGrant)
 		}
 		if r.Degraded() || r.DegradedKey("b1") {
 			t.Errorf("Degraded() = %v, DegradedKey(b1) = %v once c holds b's keys, want false, false", r.Degraded(), r.DegradedKey("b1"))
