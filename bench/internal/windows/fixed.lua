@@ -3,10 +3,10 @@
 --
 -- KEYS[1]  the counter, e.g. "win:fixed:{user42}": a string, the cost
 --          admitted in the current window. It is created with a TTL that
---          ends with the window, so the next window finds it gone. (Redis
---          drops a key once its clock is past the deadline, so on Redis the
---          count lasts through the window's last millisecond and the one
---          after: each window is one millisecond late, never longer.)
+--          ends with the window, so the next window finds it gone. Redis
+--          drops a key only once its clock is past the deadline: in the
+--          first millisecond of a window it still holds the last window's
+--          count, with a PTTL of 0, which is then read as gone.
 -- ARGV     limit, window_ms, cost: integers, limit and cost in [1, 2^53),
 --          window_ms in [1, 2^40)
 -- returns  {allowed, count, retry_ms, now_ms}, all integers:
@@ -24,6 +24,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = window - now % window -- to the window's end, in [1, window]
 
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n > 0 and left == window and redis.call('PTTL', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1]) -- the last window's, at its deadline
+  n = 0
+end
 if n + cost > limit then
   return {0, n, left, now}
 end
