@@ -23,7 +23,8 @@ type Client interface {
 // is room, INCRBY and PEXPIRE it in one MULTI/EXEC. The GET and the INCRBY
 // are two round trips: clients that read the same count between them all
 // admit, and the window holds more than its limit. It is safe for
-// concurrent use, as a race is. Create one with NewUnscripted.
+// concurrent use, as a race is. Create one with NewUnscripted; the zero
+// Unscripted is not usable.
 type Unscripted struct {
 	rdb Client
 }
@@ -37,9 +38,10 @@ func NewUnscripted(rdb Client) (*Unscripted, error) {
 }
 
 // Key returns the Redis key of key's window that holds now:
-// "win:getincr:{key}:" and the window's index since the Unix epoch.
+// "win:getincr:{key}:" and the window's index since the Unix epoch. A
+// Window under a millisecond counts as one.
 func (u *Unscripted) Key(key string, lim Limit, now time.Time) string {
-	ms := lim.Window.Milliseconds()
+	ms := max(lim.Window.Milliseconds(), 1)
 	return "win:getincr:{" + key + "}:" + strconv.FormatInt(now.UnixMilli()/ms, 10)
 }
 

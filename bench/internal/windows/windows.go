@@ -71,9 +71,14 @@ const maxInt = 1<<53 - 1
 // Errors for misuse, reported before Redis is touched, and for a reply the
 // scripts would not send.
 var (
+	// ErrInvalidLimit reports a Limit with a Count below 1, a Window that is
+	// not a whole number of milliseconds (at least one), or Count times the
+	// milliseconds at 2^53 or more.
 	ErrInvalidLimit = errors.New("windows: invalid limit")
-	ErrInvalidCost  = errors.New("windows: invalid cost")
-	ErrReply        = errors.New("windows: garbled script reply")
+	// ErrInvalidCost reports a cost below 1 or above the limit's Count.
+	ErrInvalidCost = errors.New("windows: invalid cost")
+	// ErrReply wraps a script reply other than four integers.
+	ErrReply = errors.New("windows: garbled script reply")
 )
 
 // check validates lim and a cost of n, and returns the window in
@@ -110,7 +115,7 @@ type Result struct {
 
 // Limiter decides requests with one of the scripts. It holds no state
 // besides its configuration and is safe for concurrent use. Create one with
-// New.
+// New; the zero Limiter is not usable.
 type Limiter struct {
 	alg    Algorithm
 	rdb    redis.Scripter
