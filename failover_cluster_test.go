@@ -84,7 +84,7 @@ func TestFailoverCluster(t *testing.T) {
 			lim := foLimit
 			lim.Mode = c.mode
 			res := failover(t, newClusterTopology(t), lim, c.fault)
-			checkFailover(t, lim, res)
+			checkFailover(t, lim, c.fault, res)
 		})
 	}
 }

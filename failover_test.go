@@ -134,7 +134,7 @@ func TestFailoverSentinel(t *testing.T) {
 			lim := foLimit
 			lim.Mode = c.mode
 			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, c.fault)
-			checkFailover(t, lim, res)
+			checkFailover(t, lim, c.fault, res)
 		})
 	}
 }
@@ -286,7 +286,7 @@ func waitFleet(lims []*hybrid.Limiter, n int64, d time.Duration) bool {
 }
 
 // checkFailover checks and logs what a failover run measured.
-func checkFailover(t *testing.T, lim hybrid.Limit, res foResult) {
+func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	t.Helper()
 	var admitted, fallback, errs int
 	var during []time.Duration
@@ -339,7 +339,15 @@ func checkFailover(t *testing.T, lim hybrid.Limit, res foResult) {
 	case lim.Mode == hybrid.Optimistic && float64(admitted) > bound+res.overshoot:
 		t.Errorf("optimistic admitted %d over %v, above B + R*T %.0f + its bound %.0f", admitted, span, bound, res.overshoot)
 	}
-	if float64(admitted) < 0.8*bound {
-		t.Errorf("admitted %d over %v, under 80%% of B + R*T %.0f", admitted, span, bound)
+	// At least 80%, 75% after a lagging replica's promotion: the writes it
+	// lacks are charged again in full, though the bucket it holds, idle
+	// while frozen, refilled no further than B (measured on a Cluster:
+	// -17.1% to -17.2%).
+	floor := 0.8
+	if fault == foLagging {
+		floor = 0.75
+	}
+	if float64(admitted) < floor*bound {
+		t.Errorf("admitted %d over %v, under %.0f%% of B + R*T %.0f", admitted, span, 100*floor, bound)
 	}
 }
