@@ -191,64 +191,58 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Result, err
 // A changed lim for a key takes effect at once. A denial is a Result with
 // Allowed false; errors are for an invalid key, limit or cost, a done ctx
 // and a closed Limiter.
-func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
-	// The hot path, written out here (decide has it too) so that the Result
-	// is built in place.
+func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (res Result, err error) {
 	e := l.keys.Get(key)
-	if e != nil {
-		if sp := e.X.Spec(); sp != nil && sp.Mode == Lease && sp.Is(lim.Rate, lim.Burst, lim.Mode) && n >= 1 && n <= sp.Limit.Burst/local.Micro {
-			if left, ok := e.Allowance.SpendLeft(n * local.Micro); ok {
-				if left < l.r.LowWater(e) {
-					l.r.Starved(e, true) // top it up before it runs dry
-				}
-				return l.allowed(e, sp, lim, left, SourceLocal), nil
-			}
-			res, _, err := l.slow(ctx, key, lim, n, e) // not enough lease: no second try
-			return res, err
-		}
+	if _, ok := l.fast(&res, key, lim, n, e); ok {
+		return res, nil
 	}
-	res, _, err := l.decide(ctx, key, lim, n, e)
+	res, _, err = l.slow(ctx, key, lim, n, e)
 	return res, err
 }
 
 // decide is AllowN that also returns the entry the decision was made on. e
 // is the key's entry as looked up already, or nil.
-func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (Result, *reconcile.Entry, error) {
-	if res, e, ok := l.fast(key, lim, n, e); ok {
+func (l *Limiter) decide(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (res Result, _ *reconcile.Entry, err error) {
+	if e, ok := l.fast(&res, key, lim, n, e); ok {
 		return res, e, nil
 	}
 	return l.slow(ctx, key, lim, n, e)
 }
 
-// fast decides from e's allowance alone, if it holds the tokens: ok is false
-// when the decision needs more (slow). e is the key's entry as looked up
-// already, or nil; the returned entry is the one the decision was made on,
-// nil if it left the store meanwhile.
-func (l *Limiter) fast(key string, lim Limit, n int64, e *reconcile.Entry) (res Result, _ *reconcile.Entry, ok bool) {
+// fast decides from e's allowance alone, if it holds the tokens, into res:
+// ok is false, with res untouched, when the decision needs more (slow). e
+// is the key's entry as looked up already, or nil; the returned entry is the
+// one the decision was made on, nil if it left the store meanwhile. It is
+// the hot path of every entry point: it reads no clock, takes no lock and
+// allocates nothing, and it writes the Result in the caller's place.
+func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile.Entry) (_ *reconcile.Entry, ok bool) {
 	if e == nil {
-		return Result{}, nil, false
+		return nil, false
 	}
 	sp := e.X.Spec()
 	if sp == nil || sp.Mode == Exact || !sp.Is(lim.Rate, lim.Burst, lim.Mode) || n < 1 || n > sp.Limit.Burst/local.Micro {
-		return Result{}, nil, false
+		return nil, false
 	}
 	left, ok := e.Allowance.SpendLeft(n * local.Micro)
 	if !ok {
-		return Result{}, nil, false
+		return nil, false
 	}
 	if sp.Mode == Lease {
 		if left < l.r.LowWater(e) {
 			l.r.Starved(e, true) // top it up before it runs dry
 		}
-		return l.allowed(e, sp, lim, left, SourceLocal), e, true
+		l.allowedIn(res, e, sp, lim, left, SourceLocal)
+		return e, true
 	}
-	if e.Pending.Add(n * local.Micro) {
-		return l.allowed(e, sp, lim, left, SourceLocal), e, true
+	kept := e.Pending.Add(n * local.Micro)
+	l.allowedIn(res, e, sp, lim, left, SourceLocal) // with n unsettled
+	if kept {
+		return e, true
 	}
 	// The entry left the store between the two: its budget was spent, the
 	// consumption must still be charged.
 	l.r.Orphan(key, sp, n*local.Micro)
-	return l.allowed(e, sp, lim, left, SourceLocal), nil, true
+	return nil, true
 }
 
 // slow is the path of a key without enough allowance, a new key, a changed

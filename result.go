@@ -85,7 +85,14 @@ func (r Result) Age() time.Duration {
 // one from the allowance (src SourceLocal) was counted by the spend itself
 // (local.Allowance.SpendLeft), in the entry, rather than in a counter shared
 // across keys.
-func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64, src Source) Result {
+func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64, src Source) (res Result) {
+	l.allowedIn(&res, e, sp, lim, left, src)
+	return res
+}
+
+// allowedIn is allowed that writes the Result into res, in the caller's
+// place: the hot path's form (see fast).
+func (l *Limiter) allowedIn(res *Result, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64, src Source) {
 	if src != SourceLocal {
 		l.stats.redisAllowed.Add(1)
 	}
@@ -104,7 +111,7 @@ func (l *Limiter) allowed(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, lef
 		rem = max(tokens-l.r.Unsettled(e), rem)
 	}
 	rem = min(rem, sp.Limit.Burst)
-	return Result{
+	*res = Result{
 		Allowed:    true,
 		Source:     src,
 		Remaining:  rem / local.Micro,
