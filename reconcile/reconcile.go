@@ -176,7 +176,7 @@ type Reconciler struct {
 	// lastBeats is the last beat handled, by witness: "" for the
 	// heartbeat's, a node's probe key for a node's (witness.go), under
 	// lossMu.
-	lastBeats map[string]beat
+	lastBeats   map[string]beat
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made
