@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,6 +242,9 @@ func TestManyKeys(t *testing.T) {
 		perKey = float64(full-min(base, full)) / float64(l.Stats().Reconcile.Keys)
 		return perKey <= maxBytesPerKey
 	})
+	if path := os.Getenv("HYBRID_HEAPPROFILE"); path != "" {
+		writeHeapProfile(t, path)
+	}
 	st = l.Stats()
 	t.Logf("%d keys in %v (%.0f/s, %d by the fallback); %d tracked, %d evicted; heap %.1f MiB over %.1f MiB before: %.0f bytes per tracked key (bound %d)",
 		keys, inserted, keys/inserted.Seconds(), fallback.Load(), st.Reconcile.Keys, st.Reconcile.Evicted,
@@ -699,5 +703,21 @@ func soakWorker(l *hybrid.Limiter, r *rand.Rand, hot, cold []hybrid.Limit, hotKe
 		if res.Source == hybrid.SourceFallback {
 			stats.fallback.Add(1)
 		}
+	}
+}
+
+// writeHeapProfile writes a heap profile to path, after a GC: with
+// HYBRID_HEAPPROFILE=file, TestManyKeys writes one where it measures the
+// bytes per tracked key, for go tool pprof -sample_index=inuse_space.
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
 	}
 }
