@@ -172,6 +172,14 @@ func (c ClientIP) AddrKey(a netip.Addr) string {
 	return string(b)
 }
 
+// Trusts reports whether c trusts a as a proxy: whether a, unmapped and
+// without zone, is inside TrustedProxies. Only for a peer it trusts does
+// AddrFrom read the proxy header's lines, so a caller whose lines cost
+// something to find can look for them only then.
+func (c ClientIP) Trusts(a netip.Addr) bool {
+	return c.trusted(norm(a))
+}
+
 // trusted reports whether a is in one of c's trusted networks.
 func (c ClientIP) trusted(a netip.Addr) bool {
 	for _, p := range c.TrustedProxies {

@@ -171,6 +171,33 @@ func TestClientIPAddrFrom(t *testing.T) {
 	}
 }
 
+// TestClientIPTrusts: the trusted networks, after unmapping and dropping
+// the zone; nothing for the zero ClientIP or the zero Addr.
+func TestClientIPTrusts(t *testing.T) {
+	c := httplimit.ClientIP{TrustedProxies: proxies}
+	tests := []struct {
+		c    httplimit.ClientIP
+		a    string // "" for the zero Addr
+		want bool
+	}{
+		{c, "10.0.0.1", true},
+		{c, "::ffff:10.0.0.1", true},
+		{c, "2001:db8:ffff::1%eth0", true},
+		{c, "203.0.113.9", false},
+		{c, "", false},
+		{httplimit.ClientIP{}, "10.0.0.1", false},
+	}
+	for _, tt := range tests {
+		var a netip.Addr
+		if tt.a != "" {
+			a = netip.MustParseAddr(tt.a)
+		}
+		if got := tt.c.Trusts(a); got != tt.want {
+			t.Errorf("%v.Trusts(%v) = %v, want %v", tt.c.TrustedProxies, a, got, tt.want)
+		}
+	}
+}
+
 // TestClientIPKey: the key of a client address, masked to its network.
 func TestClientIPKey(t *testing.T) {
 	tests := []struct {
