@@ -19,7 +19,9 @@
 // decided once, when it starts, and its messages are not limited.
 // Config.Checks replaces the single tier with any number of tiers: a call
 // passes only if every tier does, and a denied call consumes nothing in any
-// tier (hybrid.Limiter.AllowAll).
+// tier (hybrid.Limiter.AllowAll). HTTPChecks lets the rules of package
+// policy, or any function of an *http.Request, produce them, since a gRPC
+// call is an HTTP/2 POST to its method's path.
 //
 // Every decided call carries the "ratelimit-policy" and "ratelimit" header
 // metadata, the RateLimit-Policy and RateLimit fields of
@@ -78,7 +80,7 @@ type Config struct {
 	// Keys are used as they are, but for the long ones (see Key), and the
 	// slice is not modified, so it may be shared. A Check with an empty
 	// Tier is named "default" if it is the only one, else "tier" and its
-	// index.
+	// index. HTTPChecks adapts the rules of package policy.
 	Checks func(ctx context.Context, method string) ([]hybrid.Check, error)
 
 	// NoHeaders sends no rate-limit metadata. false sends "ratelimit-policy"
