@@ -3,7 +3,9 @@
 // client's address behind trusted proxies, by a metadata value, or by
 // anything a function can compute), price it, ask the Limiter about every
 // tier at once, report the limits in the response header metadata and
-// answer a denied call with codes.ResourceExhausted.
+// answer a denied call with codes.ResourceExhausted; and a client
+// interceptor that retries a denied call after the delay the server asked
+// for.
 //
 // An Interceptor is built from a Limiter and a Config, and gives the server
 // its interceptors:
@@ -28,7 +30,11 @@
 // draft-ietf-httpapi-ratelimit-headers as package httplimit formats them.
 // A denial is the status ResourceExhausted with the google.rpc RetryInfo
 // and QuotaFailure details (Denial.Status), and the grpc-retry-pushback-ms
-// trailer that gRPC's own retry policy honours.
+// trailer that gRPC's own retry policy honours. On the client side,
+// Retry.Unary waits for the delay of a denial's RetryInfo (RetryDelay),
+// within bounds, and calls again:
+//
+//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpclimit.Retry{}.Unary()), ...)
 //
 // Redis failures never reach the interceptors: the Limiter answers through
 // its fallback policy. The errors they can meet are misuse and a closed
