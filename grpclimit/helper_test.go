@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/grpclimit"
 )
 
@@ -79,13 +80,19 @@ func inBubble(t *testing.T, test func(t *testing.T, lim *hybrid.Limiter)) {
 	})
 }
 
+// slowRedis bounds the Redis calls of the Limiters that run in real time:
+// a machine busy with other tests may keep miniredis from answering within
+// the 50ms of the default, and the Limiter would then deny a cold key (a
+// slow Redis is no outage) or fall back.
+var slowRedis = breaker.Config{CallTimeout: 10 * time.Second, MaxCallTimeout: 10 * time.Second}
+
 // newLimiter returns a Limiter on miniredis in real time, closed when t
 // ends, for the tests over TCP and the benchmarks.
 func newLimiter(t testing.TB) *hybrid.Limiter {
 	t.Helper()
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	lim, err := hybrid.New(rdb, hybrid.Config{Instances: 1, LocalCapacity: 1e9})
+	lim, err := hybrid.New(rdb, hybrid.Config{Instances: 1, LocalCapacity: 1e9, Breaker: slowRedis})
 	if err != nil {
 		t.Fatal(err)
 	}
