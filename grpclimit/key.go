@@ -44,8 +44,8 @@ func ByMethod() KeyFunc {
 // "ip:2001:db8:1:2::/64". A peer that is not an IP address (a Unix socket,
 // an in-memory connection) is keyed by "ip:" and its address as it is, and
 // a call with no peer by "ip:unknown". nil c means &httplimit.ClientIP{}:
-// trust no proxy. c is copied: changing it later changes nothing. Its error
-// is always nil.
+// trust no proxy. c is copied: changing it later changes nothing. The
+// KeyFunc never returns an error.
 func ByPeer(c *httplimit.ClientIP) KeyFunc {
 	var ci httplimit.ClientIP
 	if c != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -99,8 +100,8 @@ func (ic *Interceptor) admit(ctx context.Context, method string, hs headerSetter
 	if ic.onDenied != nil {
 		ic.onDenied(ctx, den)
 	}
-	ms := (den.RetryAfter + 999_999) / 1_000_000 // whole milliseconds, rounded up
-	return metadata.MD{mdPushback: {strconv.FormatInt(max(int64(ms), 1), 10)}}, den.Status().Err()
+	ms := max((den.RetryAfter+time.Millisecond-1)/time.Millisecond, 1) // rounded up
+	return metadata.MD{mdPushback: {strconv.FormatInt(int64(ms), 10)}}, den.Status().Err()
 }
 
 // checksFor returns the checks of the call, appended to buf for the single
