@@ -72,11 +72,27 @@ func (c ClientIP) Addr(r *http.Request) netip.Addr {
 	if !peer.IsValid() || !c.trusted(peer) {
 		return peer
 	}
-	name := "X-Forwarded-For"
-	if c.Header == Forwarded {
-		name = "Forwarded"
+	return c.follow(peer, r.Header[c.Header.String()])
+}
+
+// AddrFrom is Addr for a request that did not come through net/http: peer is
+// its direct peer, and lines are the lines of its proxy header (c.Header),
+// in the order they came. A gRPC server, say, finds the peer with
+// peer.FromContext and the lines in the metadata under the header's name in
+// lower case ("x-forwarded-for"). The lines are read only if peer is
+// trusted. The result is peer, unmapped and without zone, or an address
+// from lines; it is the zero Addr only if peer is.
+func (c ClientIP) AddrFrom(peer netip.Addr, lines []string) netip.Addr {
+	peer = norm(peer)
+	if !peer.IsValid() || !c.trusted(peer) {
+		return peer
 	}
-	lines := r.Header[name]
+	return c.follow(peer, lines)
+}
+
+// follow walks the proxy header lines of a request from the trusted peer,
+// from right to left, as described on ClientIP.
+func (c ClientIP) follow(peer netip.Addr, lines []string) netip.Addr {
 	client := peer
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
@@ -123,6 +139,19 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 		}
 		return "ip:" + r.RemoteAddr, nil
 	}
+	return c.AddrKey(a), nil
+}
+
+// AddrKey returns the key of the client address a, as Key does: "ip:" and
+// a, or the network of its first IPv4Bits or IPv6Bits bits, such as
+// "ip:2001:db8:1:2::/64", after unmapping an IPv4-mapped address and
+// dropping a zone. It is "ip:unknown" for the zero Addr. With AddrFrom, it
+// keys clients of other protocols as the middleware keys them.
+func (c ClientIP) AddrKey(a netip.Addr) string {
+	a = norm(a)
+	if !a.IsValid() {
+		return "ip:unknown"
+	}
 	bits := c.IPv4Bits
 	if a.Is6() {
 		bits = c.IPv6Bits
@@ -140,7 +169,15 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 		p, _ := a.Prefix(bits) // 0 < bits < BitLen: no error
 		b = p.AppendTo(b)
 	}
-	return string(b), nil
+	return string(b)
+}
+
+// Trusts reports whether c trusts a as a proxy: whether a, unmapped and
+// without zone, is inside TrustedProxies. Only for a peer it trusts does
+// AddrFrom read the proxy header's lines, so a caller whose lines cost
+// something to find can look for them only then.
+func (c ClientIP) Trusts(a netip.Addr) bool {
+	return c.trusted(norm(a))
 }
 
 // trusted reports whether a is in one of c's trusted networks.

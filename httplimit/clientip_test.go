@@ -125,7 +125,76 @@ func TestClientIPAddr(t *testing.T) {
 			if got != want {
 				t.Errorf("Addr(RemoteAddr %q, %q) = %v, want %v", tt.remote, tt.header, got, want)
 			}
+			// AddrFrom, given the peer and the lines of the header,
+			// finds the same client.
+			peer, lines := peerOf(tt.remote), r.Header[tt.c.Header.String()]
+			if got := tt.c.AddrFrom(peer, lines); got != want {
+				t.Errorf("AddrFrom(%v, %q) = %v, want %v", peer, lines, got, want)
+			}
 		})
+	}
+}
+
+// peerOf parses a RemoteAddr, "host:port" or a bare address, as the
+// protocols that call AddrFrom have it: the zero Addr if it is neither.
+func peerOf(remote string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr()
+	}
+	a, _ := netip.ParseAddr(remote)
+	return a
+}
+
+// TestClientIPAddrFrom: AddrFrom normalizes the peer, reads the lines only
+// for a trusted peer, and reads them in order.
+func TestClientIPAddrFrom(t *testing.T) {
+	c := httplimit.ClientIP{TrustedProxies: proxies}
+	tests := []struct {
+		name  string
+		peer  netip.Addr
+		lines []string
+		want  netip.Addr
+	}{
+		{"zero peer", netip.Addr{}, []string{"198.51.100.7"}, netip.Addr{}},
+		{"untrusted peer", netip.MustParseAddr("203.0.113.9"), []string{"198.51.100.7"}, netip.MustParseAddr("203.0.113.9")},
+		{"untrusted peer unmapped", netip.MustParseAddr("::ffff:203.0.113.9"), nil, netip.MustParseAddr("203.0.113.9")},
+		{"untrusted peer without zone", netip.MustParseAddr("fe80::1%eth0"), nil, netip.MustParseAddr("fe80::1")},
+		{"trusted mapped peer", netip.MustParseAddr("::ffff:10.0.0.1"), []string{"198.51.100.7"}, netip.MustParseAddr("198.51.100.7")},
+		{"trusted peer, no lines", netip.MustParseAddr("10.0.0.1"), nil, netip.MustParseAddr("10.0.0.1")},
+		{"lines in order", netip.MustParseAddr("10.0.0.1"), []string{"6.6.6.6", "198.51.100.7, 10.0.0.2"}, netip.MustParseAddr("198.51.100.7")},
+		{"garbage", netip.MustParseAddr("10.0.0.1"), []string{"198.51.100.7, garbage"}, netip.MustParseAddr("10.0.0.1")},
+	}
+	for _, tt := range tests {
+		if got := c.AddrFrom(tt.peer, tt.lines); got != tt.want {
+			t.Errorf("%s: AddrFrom(%v, %q) = %v, want %v", tt.name, tt.peer, tt.lines, got, tt.want)
+		}
+	}
+}
+
+// TestClientIPTrusts: the trusted networks, after unmapping and dropping
+// the zone; nothing for the zero ClientIP or the zero Addr.
+func TestClientIPTrusts(t *testing.T) {
+	c := httplimit.ClientIP{TrustedProxies: proxies}
+	tests := []struct {
+		c    httplimit.ClientIP
+		a    string // "" for the zero Addr
+		want bool
+	}{
+		{c, "10.0.0.1", true},
+		{c, "::ffff:10.0.0.1", true},
+		{c, "2001:db8:ffff::1%eth0", true},
+		{c, "203.0.113.9", false},
+		{c, "", false},
+		{httplimit.ClientIP{}, "10.0.0.1", false},
+	}
+	for _, tt := range tests {
+		var a netip.Addr
+		if tt.a != "" {
+			a = netip.MustParseAddr(tt.a)
+		}
+		if got := tt.c.Trusts(a); got != tt.want {
+			t.Errorf("%v.Trusts(%v) = %v, want %v", tt.c.TrustedProxies, a, got, tt.want)
+		}
 	}
 }
 
@@ -154,6 +223,15 @@ func TestClientIPKey(t *testing.T) {
 		if got != tt.want || err != nil {
 			t.Errorf("%+v.Key(RemoteAddr %q) = %q, %v, want %q", tt.c, tt.remote, got, err, tt.want)
 		}
+		// AddrKey keys the address as Key does.
+		if a := peerOf(tt.remote); a.IsValid() {
+			if got := tt.c.AddrKey(a); got != tt.want {
+				t.Errorf("%+v.AddrKey(%v) = %q, want %q", tt.c, a, got, tt.want)
+			}
+		}
+	}
+	if got := (httplimit.ClientIP{}).AddrKey(netip.Addr{}); got != "ip:unknown" {
+		t.Errorf("AddrKey(zero Addr) = %q, want ip:unknown", got)
 	}
 	// Two hosts of one /64 share a key; another /64 does not.
 	c := httplimit.ClientIP{}

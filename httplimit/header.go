@@ -30,70 +30,33 @@ const (
 const sfMaxInt = 999_999_999_999_999
 
 // setHeaders sets the selected header fields of decision d on checks:
-//
-//   - RateLimit-Policy lists every tier as "name";q=burst;w=window, with the
-//     window the seconds an empty bucket takes to fill (burst/rate, rounded
-//     up), so that q/w is the rate;
-//   - RateLimit lists every tier decided as "name";r=remaining;t=seconds,
-//     with t the seconds until the bucket is full again (see
-//     resetSeconds), or for the tier
-//     that denied the seconds until the request could pass (Retry-After),
-//     and no tier's t beyond Retry-After in a denial;
-//   - the X-RateLimit fields describe the tier that denied, or the allowed
-//     tier with the fewest tokens left; X-RateLimit-Reset is t, or the Unix
-//     time t seconds from now.
+// RateLimit-Policy (AppendPolicy, or the single tier's, computed once),
+// RateLimit (AppendRateLimit), and the X-RateLimit fields, which describe
+// the tier that denied, or the allowed tier with the fewest tokens left;
+// X-RateLimit-Reset is the t of that tier, or the Unix time t seconds from
+// now.
 //
 // The values are built in one buffer and set as substrings of one string,
 // in one slice: two allocations for all of them.
 func (m *Middleware) setHeaders(h http.Header, checks []hybrid.Check, d *hybrid.Decision) {
 	var arr [512]byte
 	b := arr[:0]
-	retry := int64(-1) // the Retry-After of a denial
-	if !d.Allowed {
-		retry = max(ceilSeconds(d.Results[d.Denied].RetryAfter), 1)
-	}
 	var ends [5]int
 	n := 0
 	policy := m.headers&PolicyHeader != 0 && m.checks != nil // else m.policy
 	if policy {
-		for i := range checks {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendPolicy(b, checks[i].Tier, checks[i].Limit)
-		}
+		b = AppendPolicy(b, checks)
 		ends[n] = len(b)
 		n++
 	}
 	if m.headers&RateLimitHeader != 0 {
-		for i, res := range d.Results {
-			c := &checks[i]
-			rem := res.Remaining
-			t := resetSeconds(res.ResetAfter)
-			switch {
-			case i == d.Denied:
-				t = retry
-			case retry >= 0:
-				// Denied by a later tier: this one's tokens were given
-				// back, and the client is to wait for Retry-After anyway.
-				rem = min(rem+costOf(c), c.Limit.Burst)
-				t = min(t, retry)
-			}
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = appendSFString(b, c.Tier)
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, clampSF(rem), 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, clampSF(t), 10)
-		}
+		b = AppendRateLimit(b, checks, *d)
 		ends[n] = len(b)
 		n++
 	}
 	if m.headers&LegacyHeaders != 0 {
 		res := d.Result()
-		reset := retry
+		reset := retrySeconds(d)
 		if reset < 0 {
 			reset = resetSeconds(res.ResetAfter)
 		}
@@ -139,6 +102,81 @@ func (m *Middleware) setHeaders(h http.Header, checks []hybrid.Check, d *hybrid.
 		h[hdrRemaining] = next()
 		h[hdrReset] = next()
 	}
+}
+
+// AppendPolicy appends to b the value of the RateLimit-Policy field of
+// draft-ietf-httpapi-ratelimit-headers (section 3) for checks, and returns
+// the extended buffer: a structured-field List with one member per check,
+// `"tier";q=burst;w=window`, the tier being the check's Tier as it is, the
+// quota its burst, and the window the seconds an empty bucket takes to fill
+// (burst/rate, rounded up, at least 1), so that q/w is the rate. Tier names
+// are quoted with '"' and '\' escaped, and a byte a String cannot hold is
+// written as '_'; numbers are capped at 999,999,999,999,999.
+//
+// It is the formatting of the middleware's field, exported so that other
+// protocols report limits in the same form: package grpclimit sends it as
+// the "ratelimit-policy" metadata of gRPC responses.
+func AppendPolicy(b []byte, checks []hybrid.Check) []byte {
+	for i := range checks {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPolicy(b, checks[i].Tier, checks[i].Limit)
+	}
+	return b
+}
+
+// AppendRateLimit appends to b the value of the RateLimit field of
+// draft-ietf-httpapi-ratelimit-headers (section 4) for d, the decision of
+// hybrid.Limiter.AllowAll on checks, and returns the extended buffer: a
+// structured-field List with one member per tier decided,
+// `"tier";r=remaining;t=seconds`, r being the whole tokens left and t the
+// seconds until the bucket is full again (rounded up). For the tier that
+// denied, t is the seconds until the request could pass (its Retry-After:
+// RetryAfter rounded up, at least 1); in a denial no tier's t goes beyond
+// it, and a tier decided before the one that denied shows what it holds
+// once its tokens are given back. Tiers are named and values capped as by
+// AppendPolicy.
+//
+// Like AppendPolicy, it is exported for other protocols: package grpclimit
+// sends it as the "ratelimit" metadata of gRPC responses.
+func AppendRateLimit(b []byte, checks []hybrid.Check, d hybrid.Decision) []byte {
+	retry := retrySeconds(&d)
+	for i, res := range d.Results {
+		if i >= len(checks) {
+			break
+		}
+		c := &checks[i]
+		rem := res.Remaining
+		t := resetSeconds(res.ResetAfter)
+		switch {
+		case i == d.Denied:
+			t = retry
+		case retry >= 0:
+			// Denied by a later tier: this one's tokens were given
+			// back, and the client is to wait for Retry-After anyway.
+			rem = min(rem+costOf(c), c.Limit.Burst)
+			t = min(t, retry)
+		}
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, c.Tier)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, clampSF(rem), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, clampSF(t), 10)
+	}
+	return b
+}
+
+// retrySeconds returns the Retry-After of a denial d, in whole seconds,
+// rounded up and at least 1, and -1 if d allowed.
+func retrySeconds(d *hybrid.Decision) int64 {
+	if d.Allowed || d.Denied < 0 || d.Denied >= len(d.Results) {
+		return -1
+	}
+	return max(ceilSeconds(d.Results[d.Denied].RetryAfter), 1)
 }
 
 // appendPolicy appends the RateLimit-Policy item of a tier named name.

@@ -350,7 +350,7 @@ func (m *Middleware) checksFor(r *http.Request, buf []hybrid.Check) ([]hybrid.Ch
 		if key == "" {
 			return nil, fmt.Errorf("httplimit: tier %q: %w", m.name, ErrNoKey)
 		}
-		if key, err = bucketKey(m.keyPrefix + key); err != nil {
+		if key, err = BucketKey(m.keyPrefix + key); err != nil {
 			return nil, err
 		}
 		var cost int64 = 1
@@ -368,7 +368,7 @@ func (m *Middleware) checksFor(r *http.Request, buf []hybrid.Check) ([]hybrid.Ch
 	copied := false
 	for i := range checks {
 		c := &checks[i]
-		key, err := bucketKey(c.Key)
+		key, err := BucketKey(c.Key)
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: tier %q: %w", c.Tier, err)
 		}

@@ -70,20 +70,24 @@ func FirstKey(keys ...KeyFunc) KeyFunc {
 }
 
 // maxKey is the longest key the middleware passes to the Limiter as it is;
-// longer keys are hashed (see bucketKey).
+// longer keys are hashed (see BucketKey).
 const maxKey = 256
 
-// hashPrefix starts the keys that bucketKey hashes.
+// hashPrefix starts the keys that BucketKey hashes.
 const hashPrefix = "sha256:"
 
-// bucketKey returns the key the Limiter is asked about for key. A key of at
-// most maxKey bytes is itself, unless it starts with hashPrefix; a longer
-// one, or one that starts with hashPrefix, is hashPrefix and the hex
-// SHA-256 of the key (71 bytes). A long key is so still limited, under a
-// key of bounded size, and it cannot share a bucket with a short key: a
-// short key that looks like a hashed one is hashed as well, and two hashed
-// keys are the same only if the keys are. The empty key is ErrNoKey.
-func bucketKey(key string) (string, error) {
+// BucketKey returns the key the middleware asks the Limiter about for key,
+// the key of a tier. A key of at most 256 bytes is itself, unless it starts
+// with "sha256:"; a longer one, or one that starts with "sha256:", is
+// "sha256:" and the hex SHA-256 of the key (71 bytes). A long key is so
+// still limited, under a key of bounded size (the Limiter refuses keys over
+// 1024 bytes), and it cannot share a bucket with a short key: a short key
+// that looks like a hashed one is hashed as well, and two hashed keys are
+// the same only if the keys are. The empty key is ErrNoKey.
+//
+// It is exported so that other integrations key their buckets as the
+// middleware does: package grpclimit passes its keys through it.
+func BucketKey(key string) (string, error) {
 	if key == "" {
 		return "", ErrNoKey
 	}
