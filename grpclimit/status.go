@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hybridlimit/hybrid/internal/plural"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,8 +35,8 @@ func (d Denial) Status() *status.Status {
 		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 			Subject: d.Tier,
 			QuotaId: d.Tier,
-			Description: fmt.Sprintf("The call costs %d tokens and tier %q holds %d of its %d now; retry after %v.",
-				d.Cost, d.Tier, d.Remaining, d.Limit.Burst, d.RetryAfter),
+			Description: fmt.Sprintf("The call costs %s and tier %q holds %d of its %d now; retry after %v.",
+				plural.Count(d.Cost, "token"), d.Tier, d.Remaining, d.Limit.Burst, d.RetryAfter),
 			QuotaValue: d.Limit.Burst,
 		}}},
 	)

@@ -28,15 +28,15 @@ func Example() {
 	// The caller's own buckets come first, the shared ones last. The
 	// request carries no API key, so the rule per-key does not apply.
 	for _, c := range checks {
-		fmt.Printf("%s: %q, %.4g tokens/s, burst %d, cost %d\n", c.Tier, c.Key, c.Limit.Rate, c.Limit.Burst, c.Cost)
+		fmt.Printf("%s: %q, rate %.4g/s, burst %d, cost %d\n", c.Tier, c.Key, c.Limit.Rate, c.Limit.Burst, c.Cost)
 	}
 	// Output:
-	// per-user: "free|per-user|user|alice", 1 tokens/s, burst 30, cost 1
-	// reports: "free|reports|user|alice", 0.1667 tokens/s, burst 20, cost 10
-	// per-ip: "*|per-ip|ip|203.0.113.7", 20 tokens/s, burst 100, cost 1
-	// reports-endpoint: "free|reports-endpoint|endpoint|GET /v1/reports/{id}", 1.667 tokens/s, burst 100, cost 10
-	// plan-pool: "free|plan-pool|global|", 500 tokens/s, burst 1000, cost 1
-	// service: "*|service|global|", 2e+04 tokens/s, burst 40000, cost 1
+	// per-user: "free|per-user|user|alice", rate 1/s, burst 30, cost 1
+	// reports: "free|reports|user|alice", rate 0.1667/s, burst 20, cost 10
+	// per-ip: "*|per-ip|ip|203.0.113.7", rate 20/s, burst 100, cost 1
+	// reports-endpoint: "free|reports-endpoint|endpoint|GET /v1/reports/{id}", rate 1.667/s, burst 100, cost 10
+	// plan-pool: "free|plan-pool|global|", rate 500/s, burst 1000, cost 1
+	// service: "*|service|global|", rate 2e+04/s, burst 40000, cost 1
 }
 
 func ExampleLoad_errors() {
