@@ -130,34 +130,11 @@ func (ic *Interceptor) checksFor(ctx context.Context, method string, buf []hybri
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: checks: %w", err)
 	}
-	copied := false
-	for i := range checks {
-		c := &checks[i]
-		key, err := httplimit.BucketKey(c.Key)
-		if err != nil {
-			return nil, fmt.Errorf("grpclimit: tier %q: %w", c.Tier, err)
-		}
-		tier := c.Tier
-		if tier == "" {
-			tier = defaultTier(i, len(checks))
-		}
-		if key != c.Key || tier != c.Tier {
-			if !copied { // the caller's slice may be shared: leave it be
-				checks = append([]hybrid.Check(nil), checks...)
-				copied = true
-			}
-			checks[i].Key, checks[i].Tier = key, tier
-		}
+	checks, err = httplimit.PrepareChecks(checks)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	return checks, nil
-}
-
-// defaultTier names the i-th of n checks when it has no name.
-func defaultTier(i, n int) string {
-	if n == 1 {
-		return "default"
-	}
-	return "tier" + strconv.Itoa(i)
 }
 
 // header returns the rate-limit header metadata of decision d on checks.

@@ -365,19 +365,33 @@ func (m *Middleware) checksFor(r *http.Request, buf []hybrid.Check) ([]hybrid.Ch
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: checks: %w", err)
 	}
+	checks, err = PrepareChecks(checks)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
+	}
+	return checks, nil
+}
+
+// PrepareChecks returns checks as the middleware decides them: each key
+// made a bucket key (BucketKey), each check without a Tier named ("default"
+// for a lone check, else "tier0", "tier1", ...). It copies checks before it
+// changes one, since the caller's slice may be shared. An error names the
+// tier whose key is invalid. It is exported for the integrations of other
+// protocols (package grpclimit), which prepare checks as httplimit does.
+func PrepareChecks(checks []hybrid.Check) ([]hybrid.Check, error) {
 	copied := false
 	for i := range checks {
 		c := &checks[i]
 		key, err := BucketKey(c.Key)
 		if err != nil {
-			return nil, fmt.Errorf("httplimit: tier %q: %w", c.Tier, err)
+			return nil, fmt.Errorf("tier %q: %w", c.Tier, err)
 		}
 		tier := c.Tier
 		if tier == "" {
 			tier = defaultTier(i, len(checks))
 		}
 		if key != c.Key || tier != c.Tier {
-			if !copied { // the caller's slice may be shared: leave it be
+			if !copied {
 				checks = append([]hybrid.Check(nil), checks...)
 				copied = true
 			}
