@@ -9,8 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/hybridlimit/hybrid/internal/bubble"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -38,46 +39,11 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// clock is a go-redis hook that sets Redis TIME to the caller's clock
-// before every command: inside a synctest bubble, the bubble's fake clock.
-type clock struct{ m *miniredis.Miniredis }
-
-func (c clock) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c clock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.m.SetTime(time.Now())
-		return next(ctx, cmd)
-	}
-}
-
-func (c clock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.m.SetTime(time.Now())
-		return next(ctx, cmds)
-	}
-}
-
-// inBubble starts miniredis, then runs test in a synctest bubble with a
-// Limiter on it whose Redis clock is the bubble's, and closes the Limiter
-// when test returns. Time moves only when every goroutine of the bubble
-// waits: the gRPC servers and clients of the test run in it, over bufconn.
+// inBubble runs test in a synctest bubble with a Limiter on miniredis whose
+// Redis clock is the bubble's (bubble.Run).
 func inBubble(t *testing.T, test func(t *testing.T, lim *hybrid.Limiter)) {
 	t.Helper()
-	m := miniredis.RunT(t)
-	synctest.Test(t, func(t *testing.T) {
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-		rdb.AddHook(clock{m})
-		lim, err := hybrid.New(rdb, hybrid.Config{Instances: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rdb.Close()
-		defer lim.Close(context.Background())
-		synctest.Wait()
-		time.Sleep(time.Millisecond) // off the clock's very first reading
-		test(t, lim)
-	})
+	bubble.Run(t, hybrid.Config{Instances: 1}, test)
 }
 
 // slowRedis bounds the Redis calls of the Limiters that run in real time:

@@ -9,32 +9,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/bubble"
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/policy"
 )
-
-// clock is a go-redis hook that sets miniredis's TIME to the caller's clock
-// before every command: inside a synctest bubble, the bubble's fake clock.
-type clock struct{ m *miniredis.Miniredis }
-
-func (c clock) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c clock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.m.SetTime(time.Now())
-		return next(ctx, cmd)
-	}
-}
-
-func (c clock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.m.SetTime(time.Now())
-		return next(ctx, cmds)
-	}
-}
 
 // TestEnforced: the checks of the example rules, decided by a real Limiter
 // on an embedded Redis, enforce the plans: a free user is denied a report
@@ -48,7 +30,7 @@ func TestEnforced(t *testing.T) {
 	m := miniredis.RunT(t) // outside the bubble: its goroutines wait on the network
 	synctest.Test(t, func(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-		rdb.AddHook(clock{m})
+		rdb.AddHook(bubble.Clock{M: m})
 		defer rdb.Close()
 		lim, err := hybrid.New(rdb, hybrid.Config{Instances: 1})
 		if err != nil {
