@@ -2,11 +2,9 @@ package hybrid_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -69,22 +67,5 @@ func (ct clusterTopology) promoted(t *testing.T, m *redistest.Proc) {
 // killed after its replica missed 1.5 s of its writes (lease). The other
 // masters, the one of the fleet count among them, keep running.
 func TestFailoverCluster(t *testing.T) {
-	cases := []struct {
-		mode  hybrid.Mode
-		fault string
-	}{
-		{hybrid.Lease, foKill},
-		{hybrid.Optimistic, foKill},
-		{hybrid.Exact, foKill},
-		{hybrid.Lease, foHandover},
-		{hybrid.Lease, foLagging},
-	}
-	for _, c := range cases {
-		t.Run(fmt.Sprintf("%v/%s", c.mode, c.fault), func(t *testing.T) {
-			lim := foLimit
-			lim.Mode = c.mode
-			res := failover(t, newClusterTopology(t), lim, c.fault)
-			checkFailover(t, lim, c.fault, res)
-		})
-	}
+	failoverCases(t, func(t *testing.T) foTopology { return newClusterTopology(t) })
 }

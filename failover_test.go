@@ -119,6 +119,12 @@ func (st sentinelTopology) promoted(t *testing.T, m *redistest.Proc) {
 // saw, and the writes the new master lacks are charged again; every
 // instance is normal again soon after the promotion.
 func TestFailoverSentinel(t *testing.T) {
+	failoverCases(t, func(t *testing.T) foTopology { return sentinelTopology{redistest.Sentinel(t)} })
+}
+
+// failoverCases runs the failover cases, each on a topology of its own:
+// a kill in every mode, a handover and a lagging replica in lease mode.
+func failoverCases(t *testing.T, topology func(t *testing.T) foTopology) {
 	cases := []struct {
 		mode  hybrid.Mode
 		fault string
@@ -133,7 +139,7 @@ func TestFailoverSentinel(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%s", c.mode, c.fault), func(t *testing.T) {
 			lim := foLimit
 			lim.Mode = c.mode
-			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, c.fault)
+			res := failover(t, topology(t), lim, c.fault)
 			checkFailover(t, lim, c.fault, res)
 		})
 	}
