@@ -3,9 +3,8 @@ package bench
 import (
 	"fmt"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/hybridlimit/hybrid/bench/plot"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 // Chart draws the admitted rate over time of each report, one line per

@@ -12,13 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/plural"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 // Scenario is a simulated fleet and its load. A zero field means its

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/internal/plural"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/bubble"
-
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -25,6 +23,7 @@ import (
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/grpclimit"
+	"github.com/hybridlimit/hybrid/internal/bubble"
 )
 
 // TestMain silences go-redis's own log, which reports the refused dials of

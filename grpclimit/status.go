@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 // Status returns the status a denied call is answered with:

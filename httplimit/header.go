@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 // The header field names, in canonical form so that they are set without

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hybridlimit/hybrid/internal/bubble"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/httplimit"
+	"github.com/hybridlimit/hybrid/internal/bubble"
 )
 
 // TestMain silences go-redis's own log, which reports the refused dials of

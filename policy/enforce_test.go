@@ -9,12 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/bubble"
-
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/bubble"
 	"github.com/hybridlimit/hybrid/policy"
 )
 

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 // Close stops the goroutine, waits for it and for every fetch under way,

@@ -79,11 +79,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hybridlimit/hybrid/internal/plural"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid/bench"
+	"github.com/hybridlimit/hybrid/internal/plural"
 )
 
 func main() {
