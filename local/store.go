@@ -267,6 +267,11 @@ func (s *Store[X]) Tick(dst []*Entry[X]) []*Entry[X] {
 			}
 		}
 		clear(sh.touched[len(keep):])
+		if cap(keep) > minTouched && cap(keep) > 4*len(keep) {
+			// The list grew for a burst of new keys: do not hold on to
+			// its peak until the next one.
+			keep = append(make([]*Entry[X], 0, max(2*len(keep), minTouched)), keep...)
+		}
 		sh.touched = keep
 		sh.mu.Unlock()
 	}
@@ -330,6 +335,10 @@ type table[X any] struct {
 	used  int // live entries plus tombstones; written under the shard lock
 	live  int
 }
+
+// minTouched is the capacity a shard's touched list keeps at least when Tick
+// shrinks it.
+const minTouched = 64
 
 // minSlots is the size of a new shard's table.
 const minSlots = 8
