@@ -36,6 +36,10 @@ func TestManyKeys(t *testing.T) {
 		workers = 4
 		maxKeys = 100_000 // the default Config.MaxKeys
 	)
+	if os.Getenv("HYBRID_HEAPPROFILE") != "" {
+		defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+		runtime.MemProfileRate = 4096 // a sample every 4 KiB, not 512
+	}
 	if testing.Short() {
 		t.Skip("a million keys: not in -short")
 	}

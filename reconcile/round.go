@@ -322,6 +322,12 @@ func (r *Reconciler) wake() {
 // round that just used them (one that settled a burst of evictions, or an
 // outage's orphans), so that memory follows the keys, not the largest round.
 func (r *Reconciler) trim() {
+	if cap(r.batch) > 4*max(len(r.batch), maxBatch) {
+		r.batch = nil
+	}
+	if cap(r.held) > 4*max(len(r.held), maxBatch) {
+		r.held = nil
+	}
 	if cap(r.sets) > 4*max(len(r.sets), maxBatch) {
 		r.sets, r.owners, r.replies, r.ends = nil, nil, nil, nil
 		for _, g := range r.groups {
