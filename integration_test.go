@@ -525,9 +525,12 @@ func TestIntegrationLeaseKeepsUp(t *testing.T) {
 		n-n0, time.Second/time.Duration(max(n-n0, 1)), fetches, perDecision, l.Stats())
 	// Leases sized to use fetch about once per 100 decisions here (0.01 on
 	// a quiet machine); collapsed leases fetch on nearly every decision.
-	// The bound leaves room for a loaded machine's slow rounds.
-	if perDecision > 0.025 {
-		t.Errorf("%.4f fetches per decision in the second second, want at most 0.025", perDecision)
+	// The bound leaves room for a loaded machine's slow rounds: the fetches
+	// a second stay about the same (4,000 to 5,600) while the decisions a
+	// second fall (0.010 at 560,000 a second, 0.026 to 0.029 at 140,000 to
+	// 180,000), well apart from a collapse either way.
+	if perDecision > 0.05 {
+		t.Errorf("%.4f fetches per decision in the second second, want at most 0.05", perDecision)
 	}
 }
 
