@@ -223,7 +223,12 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 	if sp == nil || sp.Mode == Exact || !sp.Is(lim.Rate, lim.Burst, lim.Mode) || n < 1 || n > sp.Limit.Burst/local.Micro {
 		return nil, false
 	}
-	left, ok := e.Allowance.SpendLeft(n * local.Micro)
+	var left int64
+	if sp.Mode == Lease {
+		left, ok = e.Allowance.SpendLeftShared(n * local.Micro) // striped once contended
+	} else {
+		left, ok = e.Allowance.SpendLeft(n * local.Micro)
+	}
 	if !ok {
 		return nil, false
 	}
@@ -243,6 +248,16 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 	// consumption must still be charged.
 	l.r.Orphan(key, sp, n*local.Micro)
 	return nil, true
+}
+
+// spend takes n micro-tokens from e's allowance: a lease's shared, striped
+// across the cores once they contend for it; an optimistic budget's from its
+// one word, which each round replaces whole (local.Allowance.Update).
+func spend(e *reconcile.Entry, sp *reconcile.Spec, n int64) (left int64, ok bool) {
+	if sp.Mode == Lease {
+		return e.Allowance.SpendLeftShared(n)
+	}
+	return e.Allowance.SpendLeft(n)
 }
 
 // slow is the path of a key without enough allowance, a new key, a changed
@@ -299,7 +314,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if sp.Mode == Exact {
 		return l.exact(ctx, e, sp, lim, cost)
 	}
-	if left, ok := e.Allowance.SpendLeft(cost); ok {
+	if left, ok := spend(e, sp, cost); ok {
 		if sp.Mode == Optimistic && !e.Pending.Add(cost) {
 			l.r.Orphan(e.Key(), sp, cost)
 		}

@@ -28,6 +28,15 @@ const (
 // It is retired like Tokens. The zero Allowance holds nothing, has counted
 // nothing and is ready to use. It is safe for concurrent use.
 type Allowance struct {
+	word
+	// st is the allowance's stripes, nil until SpendLeftShared finds the
+	// word contended (stripes.go).
+	st atomic.Pointer[stripes]
+}
+
+// word is an allowance's micro-tokens and spend count, in one word, and the
+// spends carried out of it: an Allowance's own, and each of its stripes'.
+type word struct {
 	v      atomic.Int64  // micro-tokens in the low 53 bits, spends above; retiredMark once retired
 	spends atomic.Uint64 // spends carried out of v
 }
@@ -35,16 +44,11 @@ type Allowance struct {
 // clampAllowance bounds n to what an Allowance holds.
 func clampAllowance(n int64) int64 { return min(max(n, 0), MaxAllowance) }
 
-// Spend takes n micro-tokens if a holds at least n, counts the spend, and
-// reports whether it did. It reads no clock and never blocks.
-func (a *Allowance) Spend(n int64) bool {
-	_, ok := a.SpendLeft(n)
-	return ok
-}
-
-// SpendLeft is Spend that also returns what a holds after it. n must not be
-// negative.
-func (a *Allowance) SpendLeft(n int64) (left int64, ok bool) {
+// SpendLeft takes n micro-tokens if a holds at least n, counts the spend,
+// and returns what a holds after it. n must not be negative. On an
+// Allowance it spends from the allowance's own word alone, never from its
+// stripes: an allowance that SpendLeftShared splits is spent with that.
+func (a *word) SpendLeft(n int64) (left int64, ok bool) {
 	// Small enough to be inlined: the hot path's only atomic instruction.
 	for {
 		v := a.v.Load()
@@ -67,7 +71,7 @@ func (a *Allowance) SpendLeft(n int64) (left int64, ok bool) {
 // SpendUncounted is SpendLeft without counting the spend: for tokens fetched
 // for the request that spends them, a decision that did not come from the
 // allowance.
-func (a *Allowance) SpendUncounted(n int64) (left int64, ok bool) {
+func (a *word) spendUncounted(n int64) (left int64, ok bool) {
 	for {
 		v := a.v.Load()
 		bal := v & MaxAllowance
@@ -82,7 +86,7 @@ func (a *Allowance) SpendUncounted(n int64) (left int64, ok bool) {
 
 // TakeSpends returns the spends counted since the last call, and starts
 // counting again from zero.
-func (a *Allowance) TakeSpends() uint64 {
+func (a *word) takeSpends() uint64 {
 	for {
 		v := a.v.Load()
 		if v < 0 || v&spendMask == 0 {
@@ -100,7 +104,7 @@ func (a *Allowance) TakeSpends() uint64 {
 
 // TakeUpTo takes at most n micro-tokens, as many as a holds, and returns how
 // many it took.
-func (a *Allowance) TakeUpTo(n int64) int64 {
+func (a *word) takeUpTo(n int64) int64 {
 	for {
 		v := a.v.Load()
 		if v < 0 {
@@ -118,7 +122,7 @@ func (a *Allowance) TakeUpTo(n int64) int64 {
 
 // Update replaces what a holds, v, with f(v), atomically: f may be called
 // more than once. It reports false, changing nothing, if a is retired.
-func (a *Allowance) Update(f func(v int64) int64) bool {
+func (a *word) update(f func(v int64) int64) bool {
 	for {
 		v := a.v.Load()
 		if v < 0 {
@@ -132,7 +136,7 @@ func (a *Allowance) Update(f func(v int64) int64) bool {
 
 // Set replaces what a holds with n and returns what it held. It reports
 // false, changing nothing, if a is retired.
-func (a *Allowance) Set(n int64) (old int64, ok bool) {
+func (a *word) set(n int64) (old int64, ok bool) {
 	for {
 		v := a.v.Load()
 		if v < 0 {
@@ -147,7 +151,7 @@ func (a *Allowance) Set(n int64) (old int64, ok bool) {
 // Add adds n micro-tokens, up to MaxAllowance. It reports false, adding
 // nothing, if a is retired: the caller still owns the n tokens and must
 // account for them elsewhere.
-func (a *Allowance) Add(n int64) bool {
+func (a *word) add(n int64) bool {
 	for {
 		v := a.v.Load()
 		if v < 0 {
@@ -161,7 +165,7 @@ func (a *Allowance) Add(n int64) bool {
 
 // TakeAll empties a and returns what it held (zero if retired), for the
 // caller to give back.
-func (a *Allowance) TakeAll() int64 {
+func (a *word) takeAll() int64 {
 	for {
 		v := a.v.Load()
 		if v < 0 || v&MaxAllowance == 0 {
@@ -174,7 +178,7 @@ func (a *Allowance) TakeAll() int64 {
 }
 
 // Load returns the micro-tokens a holds; zero once retired.
-func (a *Allowance) Load() int64 {
+func (a *word) load() int64 {
 	v := a.v.Load()
 	if v < 0 {
 		return 0
@@ -184,7 +188,7 @@ func (a *Allowance) Load() int64 {
 
 // Retire empties a for good and returns what it held; the spends it counted
 // stay for TakeSpends. Only the first call returns anything.
-func (a *Allowance) Retire() int64 {
+func (a *word) retire() int64 {
 	v := a.v.Swap(retiredMark)
 	if v < 0 {
 		return 0
@@ -196,4 +200,122 @@ func (a *Allowance) Retire() int64 {
 }
 
 // Retired reports whether Retire was called.
-func (a *Allowance) Retired() bool { return a.v.Load() < 0 }
+func (a *word) retired() bool { return a.v.Load() < 0 }
+
+// Spend takes n micro-tokens if a holds at least n, counts the spend, and
+// reports whether it did. It reads no clock and never blocks.
+func (a *Allowance) Spend(n int64) bool {
+	_, ok := a.SpendLeft(n)
+	return ok
+}
+
+// SpendLeftShared is SpendLeft for an allowance that many goroutines may
+// spend at once (a lease): once they contend for its word, it splits into
+// stripes that each spend alone (stripes.go). left is then what the
+// caller's stripe and the word hold after the spend, not the other
+// stripes'.
+func (a *Allowance) SpendLeftShared(n int64) (left int64, ok bool) {
+	if a.st.Load() != nil {
+		return a.spendStriped(n)
+	}
+	if v := a.word.v.Load(); v >= 0 && v&MaxAllowance >= n {
+		nv := v - n + spendOne
+		if nv < 0 { // a full count: spendLeft carries it
+			return a.word.SpendLeft(n)
+		}
+		if a.word.v.CompareAndSwap(v, nv) {
+			return v&MaxAllowance - n, true
+		}
+		a.stripe() // another writer was quicker: the word is contended
+	}
+	return a.word.SpendLeft(n)
+}
+
+// SpendUncounted is SpendLeft without counting the spend: for tokens fetched
+// for the request that spends them, a decision that did not come from the
+// allowance. What stripes hold is gathered if the word is short.
+func (a *Allowance) SpendUncounted(n int64) (left int64, ok bool) {
+	if left, ok = a.word.spendUncounted(n); ok || a.st.Load() == nil {
+		return left, ok
+	}
+	a.collect()
+	return a.word.spendUncounted(n)
+}
+
+// TakeSpends returns the spends counted since the last call, the stripes'
+// too, and starts counting again from zero.
+func (a *Allowance) TakeSpends() uint64 {
+	n := a.word.takeSpends()
+	if st := a.st.Load(); st != nil {
+		for i := range st.s {
+			n += st.s[i].w.takeSpends()
+		}
+	}
+	return n
+}
+
+// TakeUpTo takes at most n micro-tokens, as many as a holds, and returns how
+// many it took. What stripes hold is gathered if the word is short.
+func (a *Allowance) TakeUpTo(n int64) int64 {
+	if a.st.Load() != nil && a.word.load() < n {
+		a.collect()
+	}
+	return a.word.takeUpTo(n)
+}
+
+// Update replaces what a holds, v, with f(v), atomically: f may be called
+// more than once. It reports false, changing nothing, if a is retired.
+// What stripes hold is gathered into v first; a SpendLeftShared under way
+// may move part of the result to its stripe, so Update is for allowances
+// that are not spent shared (optimistic budgets).
+func (a *Allowance) Update(f func(v int64) int64) bool {
+	a.collect()
+	return a.word.update(f)
+}
+
+// Set replaces what a holds with n and returns what it held. It reports
+// false, changing nothing, if a is retired. As for Update, what stripes hold
+// is gathered first.
+func (a *Allowance) Set(n int64) (old int64, ok bool) {
+	a.collect()
+	return a.word.set(n)
+}
+
+// Add adds n micro-tokens, up to MaxAllowance. It reports false, adding
+// nothing, if a is retired: the caller still owns the n tokens and must
+// account for them elsewhere.
+func (a *Allowance) Add(n int64) bool { return a.word.add(n) }
+
+// TakeAll empties a, its stripes too, and returns what it held (zero if
+// retired), for the caller to give back. Tokens that a spender moves into
+// its stripe while TakeAll runs stay there, its to spend.
+func (a *Allowance) TakeAll() int64 {
+	a.collect()
+	return a.word.takeAll()
+}
+
+// Load returns the micro-tokens a holds, its stripes' too; zero once
+// retired.
+func (a *Allowance) Load() int64 {
+	n := a.word.load()
+	if st := a.st.Load(); st != nil {
+		for i := range st.s {
+			n += st.s[i].w.load()
+		}
+	}
+	return n
+}
+
+// Retire empties a for good and returns what it held, its stripes' too; the
+// spends it counted stay for TakeSpends. Only the first call returns
+// anything.
+func (a *Allowance) Retire() int64 {
+	n := a.word.retire() // first: no refill takes from the word after this
+	if st := a.st.Load(); st != nil {
+		n += st.retire()
+	}
+	return n
+}
+
+// Retired reports whether Retire was called.
+func (a *Allowance) Retired() bool { return a.word.retired() }

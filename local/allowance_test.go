@@ -64,7 +64,7 @@ func TestAllowance(t *testing.T) {
 			continue
 		}
 		// Peek: the count is in the word and in the carry.
-		if got := uint64(a.v.Load()&spendMask>>spendShift) + a.spends.Load(); a.v.Load() >= 0 && got != s.spends {
+		if got := uint64(a.word.v.Load()&spendMask>>spendShift) + a.word.spends.Load(); a.word.v.Load() >= 0 && got != s.spends {
 			t.Fatalf("%s: %d spends counted, want %d", s.name, got, s.spends)
 		}
 	}

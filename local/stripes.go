@@ -1,0 +1,165 @@
+package local
+
+import (
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// A lease on a hot key is spent by every core at once, and one word that
+// every core writes is a cache line that travels between them on each
+// spend: the cores take turns. Once spends of an Allowance lose compare-and-
+// swaps to each other (SpendLeftShared: one lost is enough), it splits into stripes, one cache
+// line each, four per processor. A goroutine spends from the stripe its
+// stack address picks (and picks again when it finds another spending
+// there), and refills it from the allowance's own word a share
+// at a time; when the word runs short, the stripes' tokens are gathered back
+// into it before anything is denied, so that striping never denies a spend
+// the allowance as a whole could make. Everything but the spend itself
+// (Load, TakeAll, TakeUpTo, Retire, TakeSpends) counts the stripes too: the
+// reconciler sees one allowance. An allowance stays striped until it is
+// retired; an uncontended one never pays for stripes.
+
+const (
+	// maxStripes bounds the stripes of an allowance.
+	maxStripes = 64
+	// cacheLine is the size a stripe is padded to.
+	cacheLine = 64
+)
+
+// stripes are the parts of a striped Allowance.
+type stripes struct {
+	s    []stripe
+	mask uint64
+	_    [cacheLine - 32]byte // s and mask are read by every spend: apart from salt
+	// salt mixes into the stripe a goroutine picks; a spend that finds its
+	// stripe contended under the salt it picked with changes it, so that
+	// goroutines that picked the same stripe pick again (and a spend that
+	// picked with a salt changed since does not change it twice).
+	salt atomic.Uint64
+	_    [cacheLine - 8]byte
+	// refills counts the refills under way, between taking tokens from
+	// the word and putting them in a stripe; spill holds the tokens of a
+	// refill that found its stripe and the word retired, for Retire.
+	refills atomic.Int64
+	spill   atomic.Int64
+}
+
+// stripe is one part of a striped Allowance, alone on its cache line.
+type stripe struct {
+	w word
+	_ [cacheLine - unsafe.Sizeof(word{})]byte
+}
+
+// stripe splits a into stripes, unless another spend did already.
+func (a *Allowance) stripe() {
+	if a.word.retired() || a.st.Load() != nil {
+		return
+	}
+	n := 1
+	for n < 4*runtime.GOMAXPROCS(0) && n < maxStripes {
+		n <<= 1
+	}
+	a.st.CompareAndSwap(nil, &stripes{s: make([]stripe, n), mask: uint64(n - 1)})
+}
+
+// mine returns the caller's stripe, and the salt it picked it with: the one
+// its goroutine's stack address picks, so that goroutines running at once
+// mostly spend from different stripes, and each goroutine from the same one.
+// Goroutine stacks are 2 KiB at least and aligned to their size, so the
+// address in 2 KiB units tells two goroutines apart (4 KiB would not: two
+// small stacks can share a page).
+func (st *stripes) mine() (*stripe, uint64) {
+	salt := st.salt.Load()
+	var x byte
+	// A splitmix64 finalizer of the address and the salt: a new salt
+	// moves two goroutines that collide apart as often as not.
+	h := uint64(uintptr(unsafe.Pointer(&x))>>11) ^ salt*0x9e3779b97f4a7c15
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return &st.s[h&st.mask], salt
+}
+
+// spendStriped is SpendLeftShared on a's stripes.
+func (a *Allowance) spendStriped(n int64) (left int64, ok bool) {
+	st := a.st.Load()
+	s, salt := st.mine()
+	if v := s.w.v.Load(); v >= 0 && v&MaxAllowance >= n {
+		if nv := v - n + spendOne; nv >= 0 {
+			if s.w.v.CompareAndSwap(v, nv) {
+				return v&MaxAllowance - n + a.word.load(), true
+			}
+			st.salt.CompareAndSwap(salt, salt+1) // another goroutine spends from this stripe now: pick again
+		}
+	}
+	if bal, ok := s.w.SpendLeft(n); ok {
+		return bal + a.word.load(), true
+	}
+	if a.refill(st, s, n) {
+		if bal, ok := s.w.SpendLeft(n); ok {
+			return bal + a.word.load(), true
+		}
+	}
+	// The word is short (or another spender of the stripe was quicker):
+	// gather what the stripes hold and spend from the word.
+	a.collect()
+	left, ok = a.word.SpendLeft(n)
+	return left, ok
+}
+
+// refill moves a share of what the word holds, at least n, into stripe s,
+// and reports whether it did.
+func (a *Allowance) refill(st *stripes, s *stripe, n int64) bool {
+	st.refills.Add(1)
+	defer st.refills.Add(-1)
+	for {
+		v := a.word.v.Load()
+		bal := v & MaxAllowance
+		if v < 0 || bal < n {
+			return false
+		}
+		share := max(n, bal/int64(len(st.s)+1)) // leave the others their share
+		if !a.word.v.CompareAndSwap(v, v-share) {
+			continue
+		}
+		if s.w.add(share) {
+			return true
+		}
+		// The stripe is retired: the allowance is being retired too.
+		if !a.word.add(share) {
+			st.spill.Add(share)
+		}
+		return false
+	}
+}
+
+// collect moves what a's stripes hold back into its word; their spend
+// counts stay with them.
+func (a *Allowance) collect() {
+	st := a.st.Load()
+	if st == nil {
+		return
+	}
+	for i := range st.s {
+		if n := st.s[i].w.takeAll(); n > 0 && !a.word.add(n) {
+			st.spill.Add(n) // the word is retired: Retire returns it
+		}
+	}
+}
+
+// retire retires every stripe, once the refills under way are done, and
+// returns what the stripes held and what those refills could put nowhere.
+// The word is retired already, so no refill starts.
+func (st *stripes) retire() int64 {
+	for st.refills.Load() > 0 {
+		runtime.Gosched()
+	}
+	var n int64
+	for i := range st.s {
+		n += st.s[i].w.retire()
+	}
+	return n + st.spill.Swap(0)
+}
