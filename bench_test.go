@@ -85,35 +85,39 @@ func benchLoop(b *testing.B, parallel bool, f func() bool) {
 		}
 		bad.Add(n)
 	} else {
-		// b.N split over GOMAXPROCS goroutines, as RunParallel does, but
-		// with nothing shared between them: RunParallel's testing.PB
-		// values are small neighbours on the heap, and each Next writes to
-		// its own, so they share a cache line that every iteration moves
-		// between the cores (a quarter of the time of this benchmark's
-		// decisions in a CPU profile).
-		procs := runtime.GOMAXPROCS(0)
-		var wg sync.WaitGroup
-		b.ResetTimer()
-		for w := range procs {
-			iters := b.N / procs
-			if w < b.N%procs {
-				iters++
-			}
-			wg.Go(func() {
-				n := int64(0)
-				for range iters {
-					if !f() {
-						n++
-					}
+		runParallel(b, func(_, iters int) {
+			n := int64(0)
+			for range iters {
+				if !f() {
+					n++
 				}
-				bad.Add(n)
-			})
-		}
-		wg.Wait()
+			}
+			bad.Add(n)
+		})
 	}
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d decisions were not allowed, or failed, or fell back: the benchmark measured the wrong path", n)
 	}
+}
+
+// runParallel runs body on GOMAXPROCS goroutines, the w-th for iters of
+// b.N's iterations, and times them together, as b.RunParallel does but
+// with nothing shared between the goroutines: RunParallel's testing.PB
+// values are small neighbours on the heap, each Next writes to its own, and
+// so they share a cache line that every iteration moves between the cores
+// (a quarter of the time of a hot key's decisions in a CPU profile).
+func runParallel(b *testing.B, body func(w, iters int)) {
+	procs := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for w := range procs {
+		iters := b.N / procs
+		if w < b.N%procs {
+			iters++
+		}
+		wg.Go(func() { body(w, iters) })
+	}
+	wg.Wait()
 }
 
 // BenchmarkRedisPerDecision runs 1e6 decisions per iteration on one hot key
@@ -317,11 +321,9 @@ func benchDecide(b *testing.B, l *hybrid.Limiter, parallel bool, f func(i int) (
 			i++
 		}
 	} else {
-		var next atomic.Int64
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(next.Add(1) << 16)
-			for pb.Next() {
+		runParallel(b, func(w, iters int) {
+			i := (w + 1) << 16
+			for range iters {
 				if !check(i) {
 					return
 				}
