@@ -13,9 +13,10 @@ func TestStripes(t *testing.T) {
 	var a Allowance
 	a.Add(100)
 	a.stripe()
-	if a.st.Load() == nil {
-		t.Fatal("not striped")
+	if a.st.Load() != nil {
+		t.Fatal("an allowance of 100 micro-tokens was striped")
 	}
+	a.split(8)
 	// A spend refills its stripe with a share of the word.
 	if left, ok := a.SpendLeftShared(10); !ok || left != 90 {
 		t.Fatalf("SpendLeftShared(10) = %d, %v; want 90, true", left, ok)
@@ -95,7 +96,7 @@ func TestStripesConservation(t *testing.T) {
 	for iter := range 40 {
 		var a Allowance
 		if iter%2 == 0 {
-			a.stripe() // else striped when the spends contend
+			a.split(8) // else never striped: it holds too little
 		}
 		var spent, added, back atomic.Int64
 		var spends, taken atomic.Uint64
