@@ -11,7 +11,7 @@ import (
 // spend: the cores take turns. Once spends of an Allowance lose a
 // compare-and-swap to each other (SpendLeftShared) and it holds enough for
 // each stripe to spend a while (minShare), it splits into stripes, one
-// cache line each, four per processor. A goroutine spends from the stripe
+// cache line each, four per CPU. A goroutine spends from the stripe
 // its stack address picks (and picks again when it finds another spending
 // there), and refills it from the allowance's own word a share at a time;
 // when the word runs short, the stripes' tokens are gathered back into it
@@ -62,17 +62,23 @@ type stripe struct {
 // striped on 2 cores, decided 20% fewer requests a second in a closed loop
 // of 32 workers).
 func (a *Allowance) stripe() {
-	if a.word.retired() || a.st.Load() != nil {
-		return
-	}
-	n := 1
-	for n < 4*runtime.GOMAXPROCS(0) && n < maxStripes {
-		n <<= 1
-	}
-	if a.word.load() < int64(n)*minShare {
+	n := stripeCount()
+	if a.st.Load() != nil || a.word.load() < int64(n)*minShare { // 0 once retired
 		return
 	}
 	a.split(n)
+}
+
+// stripeCount is how many stripes an allowance splits into: four per CPU,
+// rounded up to a power of two, at most maxStripes. (runtime.NumCPU reads a
+// number; runtime.GOMAXPROCS takes the scheduler's lock, which a storm of
+// contended spends would then contend for too.)
+func stripeCount() int {
+	n := 1
+	for n < 4*runtime.NumCPU() && n < maxStripes {
+		n <<= 1
+	}
+	return n
 }
 
 // split splits a into n stripes, a power of two, unless it is already.
