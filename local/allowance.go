@@ -68,7 +68,7 @@ func (a *word) SpendLeft(n int64) (left int64, ok bool) {
 	}
 }
 
-// SpendUncounted is SpendLeft without counting the spend: for tokens fetched
+// spendUncounted is SpendLeft without counting the spend: for tokens fetched
 // for the request that spends them, a decision that did not come from the
 // allowance.
 func (a *word) spendUncounted(n int64) (left int64, ok bool) {
@@ -84,7 +84,7 @@ func (a *word) spendUncounted(n int64) (left int64, ok bool) {
 	}
 }
 
-// TakeSpends returns the spends counted since the last call, and starts
+// takeSpends returns the spends counted since the last call, and starts
 // counting again from zero.
 func (a *word) takeSpends() uint64 {
 	for {
@@ -102,7 +102,7 @@ func (a *word) takeSpends() uint64 {
 	return a.spends.Swap(0)
 }
 
-// TakeUpTo takes at most n micro-tokens, as many as a holds, and returns how
+// takeUpTo takes at most n micro-tokens, as many as a holds, and returns how
 // many it took.
 func (a *word) takeUpTo(n int64) int64 {
 	for {
@@ -120,7 +120,7 @@ func (a *word) takeUpTo(n int64) int64 {
 	}
 }
 
-// Update replaces what a holds, v, with f(v), atomically: f may be called
+// update replaces what a holds, v, with f(v), atomically: f may be called
 // more than once. It reports false, changing nothing, if a is retired.
 func (a *word) update(f func(v int64) int64) bool {
 	for {
@@ -134,7 +134,7 @@ func (a *word) update(f func(v int64) int64) bool {
 	}
 }
 
-// Set replaces what a holds with n and returns what it held. It reports
+// set replaces what a holds with n and returns what it held. It reports
 // false, changing nothing, if a is retired.
 func (a *word) set(n int64) (old int64, ok bool) {
 	for {
@@ -148,7 +148,7 @@ func (a *word) set(n int64) (old int64, ok bool) {
 	}
 }
 
-// Add adds n micro-tokens, up to MaxAllowance. It reports false, adding
+// add adds n micro-tokens, up to MaxAllowance. It reports false, adding
 // nothing, if a is retired: the caller still owns the n tokens and must
 // account for them elsewhere.
 func (a *word) add(n int64) bool {
@@ -163,7 +163,7 @@ func (a *word) add(n int64) bool {
 	}
 }
 
-// TakeAll empties a and returns what it held (zero if retired), for the
+// takeAll empties a and returns what it held (zero if retired), for the
 // caller to give back.
 func (a *word) takeAll() int64 {
 	for {
@@ -177,7 +177,7 @@ func (a *word) takeAll() int64 {
 	}
 }
 
-// Load returns the micro-tokens a holds; zero once retired.
+// load returns the micro-tokens a holds; zero once retired.
 func (a *word) load() int64 {
 	v := a.v.Load()
 	if v < 0 {
@@ -186,7 +186,7 @@ func (a *word) load() int64 {
 	return v & MaxAllowance
 }
 
-// Retire empties a for good and returns what it held; the spends it counted
+// retire empties a for good and returns what it held; the spends it counted
 // stay for TakeSpends. Only the first call returns anything.
 func (a *word) retire() int64 {
 	v := a.v.Swap(retiredMark)
@@ -199,7 +199,7 @@ func (a *word) retire() int64 {
 	return v & MaxAllowance
 }
 
-// Retired reports whether Retire was called.
+// retired reports whether Retire was called.
 func (a *word) retired() bool { return a.v.Load() < 0 }
 
 // Spend takes n micro-tokens if a holds at least n, counts the spend, and

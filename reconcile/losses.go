@@ -276,13 +276,12 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		slog.String("node", addr), slog.Time("since", since), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
 }
 
-// forgetWitnesses drops the last beats of the node witnesses that keep is
-// false for.
-func (r *Reconciler) forgetWitnesses(keep func(w string) bool) {
+// forgetWitnesses drops the last beats of the node witnesses not in keep.
+func (r *Reconciler) forgetWitnesses(keep map[string]bool) {
 	r.lossMu.Lock()
 	defer r.lossMu.Unlock()
 	for w := range r.lastBeats {
-		if w != "" && !keep(w) {
+		if w != "" && !keep[w] {
 			delete(r.lastBeats, w)
 		}
 	}

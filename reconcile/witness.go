@@ -39,10 +39,12 @@ func (r *Reconciler) witnessNodes(ctx context.Context, fleetOK bool) {
 	fleet := r.router.FleetNode(done)
 	nodes := *r.nodes.Load()
 	answered := make(map[string]string, len(nodes)) // probe key -> the node that answered for it
+	probes := make(map[string]bool, len(nodes))     // the probe keys in use
 	for _, n := range nodes {
-		if _, ok := answered[n.probe]; ok || n.probe == "" {
+		if n.probe == "" || probes[n.probe] {
 			continue
 		}
+		probes[n.probe] = true
 		at := r.router.Node(done, n.probe)
 		if at == "" || at == fleet || !canWitness {
 			// Not known, or the fleet count's node, whose heartbeat
@@ -64,14 +66,7 @@ func (r *Reconciler) witnessNodes(ctx context.Context, fleetOK bool) {
 		answered[n.probe] = at
 		r.witnessedOn(n.probe, at, now, was)
 	}
-	r.forgetWitnesses(func(w string) bool {
-		for _, n := range *r.nodes.Load() {
-			if n.probe == w {
-				return true
-			}
-		}
-		return false
-	})
+	r.forgetWitnesses(probes)
 	for addr, n := range nodes {
 		other := answered[n.probe]
 		if n.probe == "" {
