@@ -40,7 +40,8 @@ var benchHuge = hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
 //
 // lc=huge gives the key a lease that never runs dry (LocalCapacity 2^30):
 // every decision is the in-memory hot path, the figure to hold against
-// x/time/rate. lc=default runs the default LocalCapacity against a real
+// x/time/rate; impl=handle decides it through a Handle, without the key's
+// lookup. lc=default runs the default LocalCapacity against a real
 // redis-server (skipped without one): one decision in LocalCapacity then
 // waits for a fetch, a Redis round trip, which is what a hot key costs at
 // full speed with the defaults; BenchmarkRedisPerDecision counts those
@@ -59,6 +60,19 @@ func BenchmarkAllow(b *testing.B) {
 		b.Run(name+"/lc=huge/impl=hybrid", func(b *testing.B) {
 			m := miniredis.RunT(b)
 			hot(b, benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30}), par)
+		})
+		b.Run(name+"/lc=huge/impl=handle", func(b *testing.B) {
+			m := miniredis.RunT(b)
+			l := benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30})
+			benchWarm(b, l, []string{"hot"}, benchHuge)
+			h, err := l.Handle("hot", benchHuge)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchLoop(b, par, func() bool {
+				res, err := h.Allow(ctx)
+				return err == nil && res.Allowed && res.Source != hybrid.SourceFallback
+			})
 		})
 		b.Run(name+"/lc=default/impl=hybrid", func(b *testing.B) {
 			hot(b, benchLimiter(b, redistest.Client(b, redistest.Server(b)), hybrid.Config{}), par)

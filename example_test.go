@@ -53,6 +53,36 @@ func Example() {
 	// denied, retry in about 1m0s
 }
 
+func ExampleLimiter_Handle() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// A limit that most requests ask, kept as a Handle: its decisions skip
+	// looking the key up, and are those of lim.Allow on the same key.
+	search, err := lim.Handle("api:search", hybrid.Limit{Rate: 1, Burst: 2})
+	if err != nil {
+		panic(err) // an invalid key or limit
+	}
+	for range 3 {
+		res, err := search.Allow(context.Background())
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("allowed:", res.Allowed)
+	}
+	// Output:
+	// allowed: true
+	// allowed: true
+	// allowed: false
+}
+
 func ExampleReservation_Cancel() {
 	m, rdb := newRedis()
 	defer m.Close()

@@ -7,11 +7,11 @@ import (
 	"github.com/hybridlimit/hybrid"
 )
 
-// TestHotPath: every entry point decides a key this instance holds
-// allowance for on the one hot path: from the allowance (SourceLocal), with
-// no allocation but what the caller keeps (AllowAll: its Decision's Results;
-// Reserve: the Reservation and its cancel channel), in lease and optimistic
-// modes. BenchmarkAllow times it against x/time/rate.
+// TestHotPath: every entry point, a Handle's too, decides a key this
+// instance holds allowance for on the one hot path: from the allowance
+// (SourceLocal), with no allocation but what the caller keeps (AllowAll: its
+// Decision's Results; Reserve: the Reservation and its cancel channel), in
+// lease and optimistic modes. BenchmarkAllow times it against x/time/rate.
 func TestHotPath(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -40,6 +40,10 @@ func TestHotPath(t *testing.T) {
 func hotPath(t *testing.T, l *hybrid.Limiter, mode hybrid.Mode, key string, lim hybrid.Limit, checks []hybrid.Check) {
 	t.Helper()
 	ctx := context.Background()
+	h, err := l.Handle(key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
 	entries := []struct {
 		name   string
 		allocs float64
@@ -47,6 +51,8 @@ func hotPath(t *testing.T, l *hybrid.Limiter, mode hybrid.Mode, key string, lim 
 	}{
 		{"Allow", 0, func() (hybrid.Result, error) { return l.Allow(ctx, key, lim) }},
 		{"AllowN", 0, func() (hybrid.Result, error) { return l.AllowN(ctx, key, lim, 3) }},
+		{"Handle.Allow", 0, func() (hybrid.Result, error) { return h.Allow(ctx) }},
+		{"Handle.AllowN", 0, func() (hybrid.Result, error) { return h.AllowN(ctx, 2) }},
 		{"Wait", 0, func() (hybrid.Result, error) {
 			return hybrid.Result{Allowed: true, Source: hybrid.SourceLocal}, l.Wait(ctx, key, lim)
 		}},

@@ -111,15 +111,17 @@ func (l *Limiter) allowedIn(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 		rem = max(tokens-l.r.Unsettled(e), rem)
 	}
 	rem = min(rem, sp.Limit.Burst)
-	*res = Result{
-		Allowed:    true,
-		Source:     src,
-		Remaining:  rem / local.Micro,
-		ResetAfter: sp.Duration(sp.Limit.Burst - rem),
-		Limit:      lim,
-		seen:       v.Seen,
-		clock:      &l.clock,
-	}
+	// Field by field rather than a Result literal: a literal is built on
+	// the stack and copied, and the copy's wide loads stall on the narrow
+	// stores that built it (a quarter of a hot decision's time).
+	res.Allowed = true
+	res.Source = src
+	res.Remaining = rem / local.Micro
+	res.RetryAfter = 0
+	res.ResetAfter = sp.Duration(sp.Limit.Burst - rem)
+	res.Limit = lim
+	res.seen = v.Seen
+	res.clock = &l.clock
 }
 
 // denied is the Result of a request refused on the view v of the global

@@ -119,14 +119,25 @@ func New[X any](cfg Config[X]) (*Store[X], error) {
 // entry's recency is refreshed under its shard's lock.
 func (s *Store[X]) Get(key string) *Entry[X] {
 	h := maphash.String(s.seed, key)
-	sh := &s.shards[h&s.mask]
-	e := sh.table.Load().find(key, h)
+	e := s.shards[h&s.mask].table.Load().find(key, h)
 	if e != nil {
-		if ep := s.epoch.Load(); e.touched.Load() != ep {
-			sh.touch(e, ep)
-		}
+		s.Touch(e, h)
 	}
 	return e
+}
+
+// Hash returns key's hash in s, for Touch.
+func (s *Store[X]) Hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+// Touch refreshes the recency of e, whose key hashes to h (Hash), as Get
+// does when it finds e: for a caller that keeps an entry between its uses
+// and so skips the lookup. Like Get, it takes the shard's lock only once an
+// epoch. An entry that has left the store is not listed again; the caller
+// sees that it has (Entry.Retired) and looks the key up.
+func (s *Store[X]) Touch(e *Entry[X], h uint64) {
+	if ep := s.epoch.Load(); e.touched.Load() != ep {
+		s.shards[h&s.mask].touch(e, ep)
+	}
 }
 
 // GetOrAdd returns the entry for key, adding a new one if the store does not
