@@ -252,36 +252,17 @@ func BenchmarkAllowKeys(b *testing.B) {
 }
 
 // benchHold gives every key a lease of hold tokens held here (a Reserve of
-// them, cancelled), from as many goroutines as there are CPUs times 16, and
-// fails b unless every one was allowed and kept.
+// them, cancelled), and fails b unless every one was allowed and kept.
 func benchHold(b *testing.B, l *hybrid.Limiter, keys []string, lim hybrid.Limit, hold int64) {
 	b.Helper()
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	for range min(len(keys), 16*runtime.GOMAXPROCS(0)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(keys) {
-					return
-				}
-				r, err := l.Reserve(context.Background(), keys[i], lim, hold)
-				if err == nil && (!r.OK() || r.Result().Source == hybrid.SourceFallback) {
-					err = &benchError{"holding " + keys[i] + ": allowed " + strconv.FormatBool(r.OK()) + " from " + r.Result().Source.String()}
-				}
-				if err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				r.Cancel()
-			}
-		})
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		b.Fatalf("%v; stats %+v", err, l.Stats())
-	}
+	benchEach(b, l, keys, func(key string) (hybrid.Result, error) {
+		r, err := l.Reserve(context.Background(), key, lim, hold)
+		if err != nil {
+			return hybrid.Result{}, err
+		}
+		r.Cancel()
+		return r.Result(), nil
+	})
 }
 
 // heapAlloc returns the bytes of live heap objects after two collections.
@@ -307,10 +288,19 @@ func benchLimiter(b *testing.B, rdb *redis.Client, cfg hybrid.Config) *hybrid.Li
 	return l
 }
 
-// benchWarm asks once for each key, from as many goroutines as there are
-// CPUs times 16 (the fetches are round trips), and fails b unless every
-// request was allowed from Redis or the allowance.
+// benchWarm asks once for each key, and fails b unless every request was
+// allowed from Redis or the allowance.
 func benchWarm(b *testing.B, l *hybrid.Limiter, keys []string, lim hybrid.Limit) {
+	b.Helper()
+	benchEach(b, l, keys, func(key string) (hybrid.Result, error) {
+		return l.Allow(context.Background(), key, lim)
+	})
+}
+
+// benchEach decides each key with decide, from as many goroutines as there
+// are CPUs times 16 (the fetches are round trips), and fails b unless every
+// decision was allowed, and not by the fallback.
+func benchEach(b *testing.B, l *hybrid.Limiter, keys []string, decide func(key string) (hybrid.Result, error)) {
 	b.Helper()
 	var next atomic.Int64
 	var failed atomic.Value
@@ -322,7 +312,7 @@ func benchWarm(b *testing.B, l *hybrid.Limiter, keys []string, lim hybrid.Limit)
 				if i >= len(keys) {
 					return
 				}
-				res, err := l.Allow(context.Background(), keys[i], lim)
+				res, err := decide(keys[i])
 				if err == nil && (!res.Allowed || res.Source == hybrid.SourceFallback) {
 					err = &benchError{"warming " + keys[i] + ": allowed " + strconv.FormatBool(res.Allowed) + " from " + res.Source.String()}
 				}
