@@ -48,8 +48,23 @@ func (r *Reconciler) loop(ctx context.Context) {
 			last = r.clock.Now()
 			continue
 		}
+		r.relayout()
 		r.round(ctx)
 		last = r.clock.Now()
+	}
+}
+
+// relayout asks a Router that spreads the keys over nodes (a Redis Cluster)
+// to load their layout again while a node's breaker is not closed: a
+// replica promoted in a dead master's place takes its keys as soon as the
+// client knows, not when the breaker next opens (the client coalesces the
+// reloads, one at most every 200 ms).
+func (r *Reconciler) relayout() {
+	if r.ndegraded.Load() == 0 {
+		return
+	}
+	if rl, ok := r.router.(relayouter); ok {
+		rl.Relayout()
 	}
 }
 
