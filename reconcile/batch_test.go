@@ -14,17 +14,28 @@ import (
 )
 
 // TestBatch: settlements that requests need at once go together. With the
-// first two on their way (held at the store's gate), 48 more requests for
-// other keys wait and go in one Settle call, sent as soon as the first is
-// back; each gets its own reply. One caller that gives up gets its
-// context's error and leaves the others' decisions alone. An idle
-// Reconciler sends a request's settlement at once, alone.
+// first two on their way (held at the store's gate; the first one alone in
+// a fleet), the other requests for other keys wait and go in one Settle
+// call, sent as soon as the first is back; each gets its own reply. One
+// caller that gives up gets its context's error and leaves the others'
+// decisions alone. An idle Reconciler sends a request's settlement at
+// once, alone.
 func TestBatch(t *testing.T) {
+	for _, instances := range []int{1, 2} {
+		t.Run(fmt.Sprint("instances=", instances), func(t *testing.T) { testBatch(t, instances) })
+	}
+}
+
+func testBatch(t *testing.T, instances int) {
+	flights := 2 // batches on their way at once: two for an instance alone
+	if instances > 1 {
+		flights = 1 // one in a fleet
+	}
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
 		gate := make(chan struct{})
 		st.gate = gate
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour})
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: instances})
 		defer r.Close(context.Background())
 		m, _ := global.Limit{Rate: 1, Burst: 10}.Micro()
 		settlement := func(i int) global.Settlement {
@@ -43,13 +54,13 @@ func TestBatch(t *testing.T) {
 				}
 				replies[i], errs[i] = r.SettleNow(c, settlement(i))
 			})
-			synctest.Wait() // in order: the first two go at once, the rest wait
+			synctest.Wait() // in order: the first ones go at once, the rest wait
 		}
 		st.mu.Lock()
 		entered := st.entered
 		st.mu.Unlock()
-		if entered != 2 {
-			t.Fatalf("%d Settle calls on their way with %d requests waiting, want 2", entered, n)
+		if entered != flights {
+			t.Fatalf("%d Settle calls on their way with %d requests waiting, want %d", entered, n, flights)
 		}
 		cancel()
 		synctest.Wait()
@@ -62,8 +73,9 @@ func TestBatch(t *testing.T) {
 		st.mu.Lock()
 		sizes := slices.Clone(st.sizes)
 		st.mu.Unlock()
-		if slices.Sort(sizes); !slices.Equal(sizes, []int{1, 1, n - 2}) {
-			t.Errorf("Settle calls of %v settlements, want [1 1 %d]", sizes, n-2)
+		want := append(slices.Repeat([]int{1}, flights), n-flights)
+		if slices.Sort(sizes); !slices.Equal(sizes, want) {
+			t.Errorf("Settle calls of %v settlements, want %v", sizes, want)
 		}
 		for i := range n {
 			if i == 7 {
@@ -80,8 +92,8 @@ func TestBatch(t *testing.T) {
 		if got, _ := st.get("k7"); got != 2*M {
 			t.Errorf("k7 holds %d, want %d: applied in its batch", got, 2*M)
 		}
-		if s := r.Stats(); s.Batches != 3 || s.Batched != n {
-			t.Errorf("Stats: %d batches of %d settlements, want 3 of %d", s.Batches, s.Batched, n)
+		if s := r.Stats(); s.Batches != uint64(flights+1) || s.Batched != n {
+			t.Errorf("Stats: %d batches of %d settlements, want %d of %d", s.Batches, s.Batched, flights+1, n)
 		}
 
 		// Idle: a request goes at once, alone.
