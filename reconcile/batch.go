@@ -14,12 +14,13 @@ import (
 //
 // There is no timer. A request that finds fewer batches on their way than
 // the node may have (maxBatches) sends its own at once, from its own
-// goroutine, with whatever waits already; the ones that come while the batches are on their way wait
-// and go together in the next, which the first batch back hands to one of
-// the node's flushers (goroutines that live as long as the Reconciler, made
-// at the first hand-off). So an idle limiter adds no delay, and a busy one
-// sends a batch a round trip, as large as the requests that came meanwhile
-// (at most maxBatchKeys; more wait for the next).
+// goroutine, with whatever waits already; the ones that come while the
+// batches are on their way wait and go together in the next, which the first
+// batch back hands to one of the node's flushers (goroutines that live as
+// long as the Reconciler, made at the first hand-off). So an idle limiter
+// adds no delay, and a busy one sends a batch a round trip, as large as the
+// requests that came meanwhile (at most maxBatchKeys; more wait for the
+// next).
 type batcher struct {
 	mu       sync.Mutex
 	queue    []*waiter
