@@ -137,8 +137,11 @@ func checkTail(t *testing.T, sc Scenario, rep Report) {
 	if lt.Commands < rep.Commands || lt.CommandsPerDecision != float64(lt.Commands)/float64(rep.Decisions) {
 		t.Errorf("%s: %d commands (%v per decision) until closed, %d until the last answer", rep.Mode, lt.Commands, lt.CommandsPerDecision, rep.Commands)
 	}
-	if rep.Mode == Exact && lt.CommandsPerDecision < 1 {
-		t.Errorf("exact: %v commands per decision, want at least 1", lt.CommandsPerDecision)
+	// Exact decides every request in Redis: the requests of an instance's
+	// workers that need Redis at once go in one call, so at least one call
+	// a worker's decision on each instance.
+	if least := 1 / float64(sc.Workers); rep.Mode == Exact && lt.CommandsPerDecision < least {
+		t.Errorf("exact: %v commands per decision, want at least %v", lt.CommandsPerDecision, least)
 	}
 }
 
@@ -197,8 +200,9 @@ func checkAligned(t *testing.T, table string, rows int) {
 }
 
 // TestRunLongTailRedis: on a real Redis, a long tail reads what each mode
-// cost the server: one script call per decision for exact and both
-// redis_rate modes, a key left per key asked, their memory and CPU time;
+// cost the server: one script call per decision for both redis_rate modes,
+// a bucket read per decision for exact (its decisions that need Redis at
+// once go in one call), a key left per key asked, their memory and CPU time;
 // the auto-pipelined redis_rate sends one command per decision as the plain
 // one does. On a Redis given by address the run's keys are deleted at the
 // end; a spawned one is emptied before each mode.
@@ -233,7 +237,8 @@ func TestRunLongTailRedis(t *testing.T) {
 		if red.Keys != int64(sc.Keys) || last.Keys != int64(sc.Keys) {
 			t.Errorf("%s: %d keys left in Redis, %d at the last answer; want %d", mode, red.Keys, last.Keys, sc.Keys)
 		}
-		if mode != Lease {
+		switch mode {
+		case RedisRate, RedisRateAP:
 			// One script call per decision, and a NOSCRIPT answer (then
 			// EVAL) at most once per worker.
 			if max := d + int64(2*sc.Instances*sc.Workers); last.ScriptCalls < d || last.ScriptCalls > max {
@@ -241,6 +246,15 @@ func TestRunLongTailRedis(t *testing.T) {
 			}
 			if rep.CommandsPerDecision < 1 {
 				t.Errorf("%s: %.4f commands sent per decision, want at least 1", mode, rep.CommandsPerDecision)
+			}
+		case Exact:
+			// Each decision reads its bucket in Redis; the decisions of an
+			// instance's workers that need Redis at once go in one call.
+			if reads := red.Commands["hmget"].Calls; reads < d {
+				t.Errorf("exact: %d buckets read for %d decisions, want one a decision at least", reads, d)
+			}
+			if least, max := d/int64(sc.Workers), d+int64(2*sc.Instances*sc.Workers); last.ScriptCalls < least || last.ScriptCalls > max {
+				t.Errorf("exact: %d script calls for %d decisions, want %d to %d", last.ScriptCalls, d, least, max)
 			}
 		}
 		if red.ScriptCalls == 0 || red.ScriptUsec <= 0 || red.CPU <= 0 || red.UsedMemory <= 0 || red.MemPerKey <= 0 {
