@@ -312,7 +312,9 @@ func (a *Allowance) Load() int64 {
 func (a *Allowance) Retire() int64 {
 	n := a.word.retire() // first: no refill takes from the word after this
 	if st := a.st.Load(); st != nil {
+		st.mu.Lock() // after an Unstripe under way, which may leave its tokens in spill
 		n += st.retire()
+		st.mu.Unlock()
 	}
 	return n
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -19,7 +20,9 @@ import (
 // allowance as a whole could make. Everything but the spend itself (Load,
 // TakeAll, TakeUpTo, Retire, TakeSpends) counts the stripes too: the
 // reconciler sees one allowance. An allowance stays striped until it is
-// retired; an uncontended or small one never pays for stripes.
+// retired, or until its owner lets the stripes go (Unstripe: a lease a round
+// takes back from a key nobody asked since); an uncontended or small one
+// never pays for stripes.
 
 const (
 	// maxStripes bounds the stripes of an allowance.
@@ -47,6 +50,8 @@ type stripes struct {
 	// refill that found its stripe and the word retired, for Retire.
 	refills atomic.Int64
 	spill   atomic.Int64
+	// mu orders Unstripe and Retire, which both retire the stripes.
+	mu sync.Mutex
 }
 
 // stripe is one part of a striped Allowance, alone on its cache line.
@@ -109,6 +114,9 @@ func (st *stripes) mine() (*stripe, uint64) {
 // spendStriped is SpendLeftShared on a's stripes.
 func (a *Allowance) spendStriped(n int64) (left int64, ok bool) {
 	st := a.st.Load()
+	if st == nil { // let go since the caller looked (Unstripe)
+		return a.word.SpendLeft(n)
+	}
 	s, salt := st.mine()
 	if v := s.w.v.Load(); v >= 0 && v&MaxAllowance >= n {
 		if nv := v - n + spendOne; nv >= 0 {
@@ -138,6 +146,13 @@ func (a *Allowance) spendStriped(n int64) (left int64, ok bool) {
 func (a *Allowance) refill(st *stripes, s *stripe, n int64) bool {
 	st.refills.Add(1)
 	defer st.refills.Add(-1)
+	if s.w.retired() {
+		// Let go (Unstripe) or retired with the allowance: take nothing
+		// from the word. Counted as under way first, so that Unstripe,
+		// which retires the stripes and then waits for the refills under
+		// way, misses none that could take from the word.
+		return false
+	}
 	for {
 		v := a.word.v.Load()
 		bal := v & MaxAllowance
@@ -171,6 +186,42 @@ func (a *Allowance) collect() {
 			st.spill.Add(n) // the word is retired: Retire returns it
 		}
 	}
+}
+
+// Unstripe lets a's stripes go, if it has any: what they hold and the spends
+// they counted go back to its word, and a is one word again until its
+// spends contend anew. For an allowance nobody spends for a while (a lease
+// that a round takes back from an idle key), so that an idle key keeps no
+// cache lines for cores that left it. A spend under way on a stripe fails
+// there and is made on the word.
+func (a *Allowance) Unstripe() {
+	st := a.st.Load()
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var n int64
+	var spends uint64
+	for i := range st.s {
+		n += st.s[i].w.retire()
+		spends += st.s[i].w.takeSpends()
+	}
+	// A refill that began before the stripes were retired puts what it
+	// took back in the word, or in spill if the word is retired; one that
+	// begins after takes nothing (refill).
+	for st.refills.Load() > 0 {
+		runtime.Gosched()
+	}
+	n += st.spill.Swap(0)
+	a.word.spends.Add(spends)
+	if !a.word.add(n) {
+		// The allowance is being retired: its Retire, waiting for st.mu,
+		// returns what the stripes held.
+		st.spill.Add(n)
+		return
+	}
+	a.st.CompareAndSwap(st, nil)
 }
 
 // retire retires every stripe, once the refills under way are done, and

@@ -119,6 +119,10 @@ func TestStripesConservation(t *testing.T) {
 						if _, ok := a.SpendUncounted(2); ok {
 							spent.Add(2)
 						}
+					case g == 3 && i%50 == 0 && iter%3 != 2:
+						a.Unstripe() // let go under the spends, and made again
+					case g == 3 && i%50 == 25 && iter%3 != 2:
+						a.split(8)
 					default:
 						if _, ok := a.SpendLeftShared(1 + int64(i%3)); ok {
 							spent.Add(1 + int64(i%3))
@@ -140,5 +144,47 @@ func TestStripesConservation(t *testing.T) {
 		if taken.Load() != spends.Load() {
 			t.Fatalf("iteration %d: TakeSpends returned %d in all, want the %d counted spends", iter, taken.Load(), spends.Load())
 		}
+	}
+}
+
+// TestUnstripe: an allowance that lets its stripes go keeps what they held
+// and the spends they counted, in its word, and spends on from it; it
+// splits again once its spends contend.
+func TestUnstripe(t *testing.T) {
+	var a Allowance
+	a.Add(100 * Micro)
+	a.split(8)
+	for range 10 {
+		if _, ok := a.SpendLeftShared(Micro); !ok {
+			t.Fatal("a spend from the stripes failed")
+		}
+	}
+	st := a.st.Load()
+	var striped int64
+	for i := range st.s {
+		striped += st.s[i].w.load()
+	}
+	if striped == 0 {
+		t.Fatal("the stripes hold nothing: the test does not test letting them go")
+	}
+	a.Unstripe()
+	if a.st.Load() != nil {
+		t.Fatal("still striped after Unstripe")
+	}
+	if got := a.Load(); got != 90*Micro {
+		t.Fatalf("holds %d after Unstripe, want %d", got, 90*Micro)
+	}
+	if got := a.word.load(); got != 90*Micro {
+		t.Fatalf("the word holds %d, want all %d", got, 90*Micro)
+	}
+	if _, ok := a.SpendLeftShared(Micro); !ok {
+		t.Fatal("a spend after Unstripe failed")
+	}
+	if got := a.TakeSpends(); got != 11 {
+		t.Fatalf("TakeSpends = %d, want the 11 spends", got)
+	}
+	a.Unstripe() // nothing to let go: a no-op
+	if got := a.Retire(); got != 89*Micro {
+		t.Fatalf("Retire returned %d, want %d", got, 89*Micro)
 	}
 }

@@ -35,6 +35,9 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Sett
 		return s, true // charge, and learn the bucket for the next budget
 	case sp.Mode != Lease:
 	case !touched:
+		// Nobody asked for the key since the last round: its lease goes
+		// back, and its stripes with it, if its spends had split it.
+		e.Allowance.Unstripe()
 		if s.Returned = e.Allowance.TakeAll(); s.Returned > 0 {
 			e.X.setIdle()
 		}
