@@ -18,6 +18,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/internal/parallel"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
@@ -88,10 +89,10 @@ func BenchmarkAllow(b *testing.B) {
 // benchLoop calls f b.N times, serially or from every processor, with as little
 // around it as possible (f is the whole decision), and fails b if f ever
 // reports a decision that is not an allowed one.
-func benchLoop(b *testing.B, parallel bool, f func() bool) {
+func benchLoop(b *testing.B, par bool, f func() bool) {
 	b.ReportAllocs()
 	var bad atomic.Int64
-	if !parallel {
+	if !par {
 		n := int64(0)
 		for b.Loop() {
 			if !f() {
@@ -100,7 +101,7 @@ func benchLoop(b *testing.B, parallel bool, f func() bool) {
 		}
 		bad.Add(n)
 	} else {
-		runParallel(b, func(_, iters int) {
+		parallel.Run(b, func(_, iters int) {
 			n := int64(0)
 			for range iters {
 				if !f() {
@@ -113,26 +114,6 @@ func benchLoop(b *testing.B, parallel bool, f func() bool) {
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d decisions were not allowed, or failed, or fell back: the benchmark measured the wrong path", n)
 	}
-}
-
-// runParallel runs body on GOMAXPROCS goroutines, the w-th for iters of
-// b.N's iterations, and times them together, as b.RunParallel does but
-// with nothing shared between the goroutines: RunParallel's testing.PB
-// values are small neighbours on the heap, each Next writes to its own, and
-// so they share a cache line that every iteration moves between the cores
-// (a quarter of the time of a hot key's decisions in a CPU profile).
-func runParallel(b *testing.B, body func(w, iters int)) {
-	procs := runtime.GOMAXPROCS(0)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for w := range procs {
-		iters := b.N / procs
-		if w < b.N%procs {
-			iters++
-		}
-		wg.Go(func() { body(w, iters) })
-	}
-	wg.Wait()
 }
 
 // BenchmarkRedisPerDecision runs 1e6 decisions per iteration on one hot key
@@ -343,7 +324,7 @@ const benchBudget = 20 * time.Second
 // is denied, fails, or (for the Limiter l, if not nil) came from the
 // fallback: it measured the wrong path. It also fails it, early, when the
 // run takes longer than benchBudget.
-func benchDecide(b *testing.B, l *hybrid.Limiter, parallel bool, f func(i int) (hybrid.Result, error)) {
+func benchDecide(b *testing.B, l *hybrid.Limiter, par bool, f func(i int) (hybrid.Result, error)) {
 	b.ReportAllocs()
 	var denied, fallback atomic.Int64
 	var failed atomic.Value
@@ -368,7 +349,7 @@ func benchDecide(b *testing.B, l *hybrid.Limiter, parallel bool, f func(i int) (
 		}
 		return !slow.Load()
 	}
-	if !parallel {
+	if !par {
 		i := 0
 		for b.Loop() {
 			if !check(i) {
@@ -377,7 +358,7 @@ func benchDecide(b *testing.B, l *hybrid.Limiter, parallel bool, f func(i int) (
 			i++
 		}
 	} else {
-		runParallel(b, func(w, iters int) {
+		parallel.Run(b, func(w, iters int) {
 			i := (w + 1) << 16
 			for range iters {
 				if !check(i) {

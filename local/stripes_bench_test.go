@@ -1,9 +1,9 @@
 package local
 
 import (
-	"runtime"
-	"sync"
 	"testing"
+
+	"github.com/hybridlimit/hybrid/internal/parallel"
 )
 
 // BenchmarkSpendShared: one allowance spent from every processor at once,
@@ -19,29 +19,19 @@ func BenchmarkSpendShared(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var a Allowance
 			a.Add(MaxAllowance)
-			procs := runtime.GOMAXPROCS(0)
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for w := range procs {
-				iters := b.N / procs
-				if w < b.N%procs {
-					iters++
-				}
-				wg.Go(func() {
-					for range iters {
-						var ok bool
-						if shared {
-							_, ok = a.SpendLeftShared(1)
-						} else {
-							_, ok = a.SpendLeft(1)
-						}
-						if !ok {
-							a.Add(1 << 40)
-						}
+			parallel.Run(b, func(_, iters int) {
+				for range iters {
+					var ok bool
+					if shared {
+						_, ok = a.SpendLeftShared(1)
+					} else {
+						_, ok = a.SpendLeft(1)
 					}
-				})
-			}
-			wg.Wait()
+					if !ok {
+						a.Add(1 << 40)
+					}
+				}
+			})
 		})
 	}
 }
