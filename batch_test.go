@@ -88,7 +88,7 @@ func batchIsolation(t *testing.T, rdb redis.UniversalClient) {
 			if o.err != nil || !o.res.Allowed || o.res.Source != hybrid.SourceRedis || o.res.Remaining != 4 {
 				t.Errorf("key %d: %+v, %v; want allowed by Redis, 4 left", i, o.res, o.err)
 			}
-			h, err := rdb.HGet(ctx, "iso:{"+name(i)+"}", "t").Int64()
+			h, err := redistest.BucketTokens(ctx, rdb, "iso:{"+name(i)+"}")
 			if err != nil || h < 4_000_000 || h > 4_000_000+100 {
 				t.Errorf("key %d: its bucket holds %d, %v; want 4 tokens (and a trace of refill)", i, h, err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
 // The fault tests cut the links between the instances and Redis, or change
@@ -496,9 +497,9 @@ func TestWrongType(t *testing.T) {
 						within = time.Second
 					}
 					start := time.Now()
-					for f.m.Type("hybrid:{k}") != "hash" {
+					for _, _, ok, err := redistest.MiniBucket(f.m, "hybrid:{k}"); !ok || err != nil; _, _, ok, err = redistest.MiniBucket(f.m, "hybrid:{k}") {
 						if time.Since(start) > within {
-							t.Fatalf("overwrite %d: hybrid:{k} is still a %q after %v, want a hash again", i+1, f.m.Type("hybrid:{k}"), within)
+							t.Fatalf("overwrite %d: hybrid:{k} is still a %q after %v, want a bucket again", i+1, f.m.Type("hybrid:{k}"), within)
 						}
 						w := run(fmt.Sprintf("overwrite %d", i+1), gap)
 						all.allowed += w.allowed

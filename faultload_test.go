@@ -430,9 +430,9 @@ func checkConserved(t *testing.T, admin *redis.Client, load *faultLoad, f itFlee
 		if admitted != asked {
 			t.Errorf("%s: %d of %d admitted, want all: the test relies on it", fk.name, admitted, asked)
 		}
-		got, err := admin.HGet(t.Context(), "hybrid:{"+fk.name+"}", "t").Int64()
+		got, err := redistest.BucketTokens(t.Context(), admin, "hybrid:{"+fk.name+"}")
 		if err != nil {
-			t.Errorf("%s: HGET t: %v", fk.name, err)
+			t.Errorf("%s: bucket: %v", fk.name, err)
 			continue
 		}
 		want := (fk.lim.Burst - admitted) * local.Micro

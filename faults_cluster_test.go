@@ -185,9 +185,9 @@ func TestFaultClusterMaster(t *testing.T) {
 		if onVictim[k] {
 			want = since
 		}
-		got, err := admin.HGet(ctx, "hybrid:{"+fk.name+"}", "t").Int64()
+		got, err := redistest.BucketTokens(ctx, admin, "hybrid:{"+fk.name+"}")
 		if err != nil {
-			t.Errorf("%s: HGET t: %v", fk.name, err)
+			t.Errorf("%s: bucket: %v", fk.name, err)
 			continue
 		}
 		slack := int64(fk.lim.Rate * local.Micro * 60)
@@ -258,9 +258,9 @@ func tokensOnNodes(t *testing.T, admin *redis.ClusterClient, keys []faultKey, on
 		if fk.cold || onVictim[k] {
 			continue
 		}
-		v, err := admin.HGet(t.Context(), "hybrid:{"+fk.name+"}", "t").Int64()
+		v, err := redistest.BucketTokens(t.Context(), admin, "hybrid:{"+fk.name+"}")
 		if err != nil {
-			t.Fatalf("%s: HGET t: %v", fk.name, err)
+			t.Fatalf("%s: bucket: %v", fk.name, err)
 		}
 		m[k] = v
 	}

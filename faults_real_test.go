@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -190,7 +189,7 @@ func TestFaultWrongType(t *testing.T) {
 			if fk.lim.Mode == hybrid.Lease {
 				within = time.Second
 			}
-			for admin.Type(ctx, rk).Val() != "hash" {
+			for _, _, ok, err := redistest.Bucket(ctx, admin, rk); !ok || err != nil; _, _, ok, err = redistest.Bucket(ctx, admin, rk) {
 				if time.Since(set) > within {
 					t.Fatalf("overwrite %d: %s is still a %s %v after the SET, want a bucket again", round+1, rk, admin.Type(ctx, rk).Val(), within)
 				}
@@ -392,9 +391,9 @@ func TestFaultClockSkew(t *testing.T) {
 				// The bucket's clock: how far Redis TIME moved past its
 				// first write, as the bucket counts it (its ts never moves
 				// back).
-				ts, err := strconv.ParseInt(m.HGet("hybrid:{skewed}", "ts"), 10, 64)
+				_, ts, _, err := redistest.MiniBucket(m, "hybrid:{skewed}")
 				if err != nil {
-					t.Fatalf("HGET ts: %v", err)
+					t.Fatalf("bucket: %v", err)
 				}
 				elapsed := time.UnixMicro(ts).Sub(start)
 				want, early := d, time.Duration(0)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
 // The API tests run one small fleet in a synctest bubble each: time moves only
@@ -63,13 +63,9 @@ func settle(d time.Duration) {
 func tokensIn(t *testing.T, m *miniredis.Miniredis, key string) int64 {
 	t.Helper()
 	rk := "hybrid:{" + key + "}"
-	if !m.Exists(rk) {
-		t.Fatalf("Redis has no bucket %q", rk)
-	}
-	s := m.HGet(rk, "t")
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		t.Fatalf("HGET %s t = %q: %v", rk, s, err)
+	v, _, ok, err := redistest.MiniBucket(m, rk)
+	if err != nil || !ok {
+		t.Fatalf("Redis has no bucket %q: %v", rk, err)
 	}
 	return v
 }

@@ -247,11 +247,11 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 			t.Logf("recovery: instance %d: transitions %v", i, in.states.since(marks[i]))
 		}
 	}
-	tokens, err := clock.HGet(ctx, "hybrid:{hot}", "t").Int64()
+	tokens, err := redistest.BucketTokens(ctx, clock, "hybrid:{hot}")
 	if err != nil {
-		t.Errorf("recovery: HGET hybrid:{hot} t: %v; want the bucket back in Redis", err)
+		t.Errorf("recovery: bucket hybrid:{hot}: %v; want the bucket back in Redis", err)
 	} else if tokens >= burst*local.Micro {
-		t.Errorf("recovery: HGET hybrid:{hot} t = %d micro-tokens, want below the burst %d: the outage's consumption was not charged", tokens, burst*local.Micro)
+		t.Errorf("recovery: bucket hybrid:{hot} holds %d micro-tokens, want below the burst %d: the outage's consumption was not charged", tokens, burst*local.Micro)
 	} else {
 		t.Logf("recovery: the bucket holds %.3f tokens", float64(tokens)/local.Micro)
 	}

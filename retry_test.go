@@ -3,13 +3,13 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
 // TestRetryAfterAlone: in a fleet, a key that one instance alone asks for is
@@ -65,9 +65,9 @@ func TestRetryAfterAlone(t *testing.T) {
 func dueIn(t *testing.T, m *miniredis.Miniredis, key string, lim hybrid.Limit) time.Duration {
 	t.Helper()
 	tokens := tokensIn(t, m, key)
-	ts, err := strconv.ParseInt(m.HGet("hybrid:{"+key+"}", "ts"), 10, 64)
+	_, ts, _, err := redistest.MiniBucket(m, "hybrid:{"+key+"}")
 	if err != nil {
-		t.Fatalf("HGET ts: %v", err)
+		t.Fatalf("bucket %s: %v", key, err)
 	}
 	elapsed := time.Now().UnixMicro() - ts
 	rate := int64(lim.Rate * micro)

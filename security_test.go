@@ -158,16 +158,15 @@ func checkBuckets(t *testing.T, rdb redis.UniversalClient, keys []string, extra 
 				t.Errorf("prefix %q, key %.40q: Redis key %.60q is also %s", p, k, rk, other)
 			}
 			want[rk] = "prefix " + strconv.Quote(p) + " key " + strconv.Quote(k)
-			s, err := rdb.HGet(ctx, rk, "t").Result()
+			got, err := redistest.BucketTokens(ctx, rdb, rk)
 			if err != nil {
-				t.Errorf("prefix %q, key %.40q: HGET %.60q t: %v", p, k, rk, err)
+				t.Errorf("prefix %q, key %.40q: bucket %.60q: %v", p, k, rk, err)
 				continue
 			}
-			got, err := strconv.ParseInt(s, 10, 64)
 			wantT := (keyLimit.Burst - keyCost(i, j)) * micro
 			// The refill over the test is far below a token.
 			if err != nil || got < wantT || got > wantT+micro/2 {
-				t.Errorf("prefix %q, key %.40q: bucket holds %q micro-tokens, want %d (its own cost %d charged, nothing else)", p, k, s, wantT, keyCost(i, j))
+				t.Errorf("prefix %q, key %.40q: bucket holds %d micro-tokens, want %d (its own cost %d charged, nothing else)", p, k, got, wantT, keyCost(i, j))
 			}
 		}
 	}
@@ -474,9 +473,8 @@ func workThrough(t *testing.T, rdb, admin redis.UniversalClient) {
 		if key == "k-optimistic" {
 			want = 9 * micro
 		}
-		s, err := admin.HGet(ctx, g.Key(key), "t").Result()
-		if got, perr := strconv.ParseInt(s, 10, 64); err != nil || perr != nil || got < int64(want) || got > int64(want)+micro/2 {
-			t.Errorf("after Close, bucket %q holds %q micro-tokens (%v), want %d", key, s, err, want)
+		if got, err := redistest.BucketTokens(ctx, admin, g.Key(key)); err != nil || got < int64(want) || got > int64(want)+micro/2 {
+			t.Errorf("after Close, bucket %q holds %d micro-tokens (%v), want %d", key, got, err, want)
 		}
 	}
 	if n, err := admin.Exists(ctx, g.FleetKey()).Result(); err != nil || n != 0 {

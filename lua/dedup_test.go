@@ -416,6 +416,12 @@ func TestSettleMany(t *testing.T) {
 			}
 		}
 		for _, k := range []string{"{a}", "{b}", "{c}", "{wrong}"} {
+			if t1, t2 := b.rdb.Type(ctx, "one:"+k).Val(), b.rdb.Type(ctx, "many:"+k).Val(); t1 != t2 || t1 != "hash" {
+				if t1 != t2 {
+					t.Errorf("%s: a %s after calls one by one, a %s after one call", k, t1, t2)
+				}
+				continue
+			}
 			h1, h2 := hash(ctx, t, b.rdb, "one:"+k), hash(ctx, t, b.rdb, "many:"+k)
 			if !slices.Equal(slices.Sorted(maps.Keys(h1)), slices.Sorted(maps.Keys(h2))) {
 				t.Errorf("%s: fields %v after calls one by one, %v after one call", k, h1, h2)

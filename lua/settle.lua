@@ -9,20 +9,24 @@
 -- arguments and a reply of its own: it costs Redis about half as much a key
 -- as a call a key.
 --
--- KEYS     1 to 1000 buckets, each a key such as "hybrid:{user42}": a hash
---          with fields
+-- KEYS     1 to 1000 buckets, each a key such as "hybrid:{user42}", in one
+--          of two forms. A bucket no call with a seq has touched is a
+--          string "<t> <ts>" (integers in decimal, t may be negative): one
+--          command reads it, one writes it with its TTL. Once a call with a
+--          seq writes it, it is a hash with fields
 --            t             tokens, in micro-tokens, in [-burst, burst]
 --            ts            the Redis time of t, in microseconds
 --            q:<instance>  "<seq> <granted> <now_us>": the last call of
 --                          that instance applied to this key, what it
 --                          granted and the Redis time it was applied at
 --            p             the number of fields after the last prune
---          A missing key is a full bucket with no records. A key that holds
---          another type, or a hash whose t or ts is unreadable (whatever
---          other fields it has), is deleted and replaced by a full bucket
---          (reset = 1 in the reply): it never stays stuck. An unreadable
---          q: record counts as no record, and an unreadable or missing p as
---          0; neither is a reset.
+--          and stays one until it expires (a call without a seq keeps its
+--          records). A missing key is a full bucket with no records. A key
+--          that holds another type, a string that is not "<t> <ts>", or a
+--          hash whose t or ts is unreadable (whatever other fields it has),
+--          is replaced by a full bucket (reset = 1 in the reply): it never
+--          stays stuck. An unreadable q: record counts as no record, and an
+--          unreadable or missing p as 0; neither is a reset.
 -- ARGV     for one key: rate, burst, consumed, returned, want, min_grant,
 --          quantum and, to de-duplicate, instance and seq (7 or 9
 --          arguments); for more keys, the 9 arguments of each in the order
@@ -60,11 +64,14 @@
 --          the keys before it may have been written.
 --
 -- One step for each key in turn, with now from one Redis TIME for all:
---   0. read t, ts, p and the record q:<instance> (one HMGET); a missing key
---      is {burst, now} with no records, and so is a key that cannot be
---      read, which is deleted first (reset); a hash of none of those
---      fields reads as missing, and is deleted and written again after
---      step 5 (reset), when HLEN shows fields besides those written
+--   0. read the bucket: without a seq, GET, and only if the key holds
+--      another type, HMGET t, ts, p; with a seq, HMGET t, ts, p and the
+--      record q:<instance>, and only if the key holds another type, GET. A
+--      missing key is {burst, now} with no records, and so is a key that
+--      cannot be read (reset). With a seq, a hash of none of those fields
+--      reads as missing, and is deleted and written again after step 5
+--      (reset), when HLEN shows fields besides those written; without one,
+--      such a hash (the key exists: GET said so) is a reset at once
 --   1. refill: t = min(burst, t + floor(elapsed_us * rate / 1e6)); a clock
 --      that went back (failover) refills nothing and ts never moves back
 --   *. a duplicate (below) stops here: it writes nothing and replies the
@@ -74,13 +81,15 @@
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
---   5. write t and ts, and with a seq the record
---      q:<instance> = "<seq> <granted> <now>", in one HSET; with a record,
---      prune (below);
---      set a TTL that ends when the bucket is full again:
+--   5. write the bucket with a TTL that ends when it is full again:
 --      ceil((burst - t) * 1000 / rate) ms, at least 1 s, at most 2^43 ms
 --      (which keeps it valid on Redis and on miniredis, whose TTLs are
---      time.Duration)
+--      time.Duration). Without a seq, and unless the key is a readable
+--      hash, as a string: SET "<t> <ts>" PX ttl, which replaces whatever
+--      the key held. Otherwise as a hash (a key of another type is deleted
+--      first): t, ts and, with a seq, the record
+--      q:<instance> = "<seq> <granted> <now>", in one HSET; with a record,
+--      prune (below); then PEXPIRE
 --
 -- Duplicates. A caller that sends instance and seq promises that the seqs
 -- of one instance only increase (one counter over all keys), that a call it
@@ -117,7 +126,9 @@
 -- that is itself exact (a rounded product crosses an exact bound only if the
 -- true product does). Numbers written to Redis are formatted with %.0f, which
 -- prints every integer below 2^53 in full on Redis and on its test fakes;
--- Lua's own tostring and .. use %.14g, which loses digits from 1e14 on.
+-- Lua's own tostring and .. use %.14g, which loses digits from 1e14 on. The
+-- TTL (below 2^43) is passed as a number: Redis and miniredis convert an
+-- integer argument in full.
 
 if redis.replicate_commands then
   -- Redis < 5 replicates scripts verbatim unless told otherwise, and this
@@ -125,6 +136,11 @@ if redis.replicate_commands then
   -- effects and accept the call.
   redis.replicate_commands()
 end
+
+-- The work of a key is written out in the main chunk, not in functions:
+-- each function is a closure made again on every call, at a cost that grows
+-- with the locals it captures (about 1.5 microseconds for the five this
+-- script had), more than a call of one key spends on its arithmetic.
 
 local MAX_LIMIT = 1125899906842624   -- 2^50
 local MAX_AMOUNT = 9007199254740991  -- 2^53 - 1
@@ -137,82 +153,113 @@ local PRUNE_AGE_US = 600000000       -- 10 minutes
 local PRUNE_MIN = 64                 -- fields
 local HDEL_CHUNK = 1000              -- fields per HDEL, well inside unpack's limit
 
--- Locals for the library functions a step calls: a global lookup for each
--- use costs more than the arithmetic, a thousand keys a call.
-local floor, ceil, fmod, mmin, mmax = math.floor, math.ceil, math.fmod, math.min, math.max
+local floor, ceil, fmod, mmin = math.floor, math.ceil, math.fmod, math.min
 local format, find, match, sub = string.format, string.find, string.match, string.sub
 local tonumber, tostring, unpack = tonumber, tostring, unpack
 local rcall, rpcall = redis.call, redis.pcall
+local KEYS, ARGV = KEYS, ARGV
+local nkeys, nargs = #KEYS, #ARGV
 
--- check reads and checks the n arguments (7 or 9) of one key that start
--- after ARGV[base], as the header says, and stores them in A from
--- A[base + 1]: the seven numbers, then the instance and seq, or false and
--- false for none. It returns what is wrong, or nil. With 9, instance "" and
--- seq 0 are no de-duplication only if empty is true (a call of many keys).
+-- The form of the call: its arguments a key (stride), all or nothing, and
+-- whether instance "" and seq 0 stand for no de-duplication (empty).
+local all = nargs == 9 * nkeys + 1 and ARGV[nargs] == 'all'
+local stride, empty = 9, true
+if all then
+  if nkeys == 0 or nkeys > MAX_KEYS then
+    return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
+  end
+elseif nkeys == 1 and (nargs == 7 or nargs == 9) then
+  stride, empty = nargs, false
+elseif nkeys == 1 then
+  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. nargs)
+elseif nkeys == 0 or nkeys > MAX_KEYS then
+  return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
+elseif nargs ~= 9 * nkeys then
+  return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. nkeys .. ' keys, got ' .. nargs)
+end
+
+-- Every call is read and checked before any key is touched: a call of many
+-- keys with one bad part changes nothing. A holds the numbers of key i from
+-- A[stride * (i - 1) + 1]: the seven numbers, then the instance and seq, or
+-- false and false for none.
 local A = {}
-local nowString -- now, formatted once for every key's ts (on first use)
 -- Numbers read already, limits and amounts apart (their bounds differ), for
 -- a call of many keys: they share most of their arguments (a limit, a
 -- cost, zeros), and a table lookup of a string costs less than tonumber.
 -- A call of one key has no use for them.
 local limits, amounts
-local function check(base, n, empty)
-  for i = 1, 7 do
-    local a = ARGV[base + i]
-    local lo, hi, known = 0, MAX_AMOUNT, amounts
-    if i <= 2 or i == 7 then
-      lo, hi, known = 1, MAX_LIMIT, limits
+if nkeys > 1 then
+  limits, amounts = {}, {}
+end
+local named = all and {} -- the keys of an all or nothing call
+local valid -- the instance checked last, when it was valid
+for i = 1, nkeys do
+  local base = stride * (i - 1)
+  local err
+  for j = 1, 7 do
+    local a = ARGV[base + j]
+    local limit = j <= 2 or j == 7
+    local known = amounts
+    if limit then
+      known = limits
     end
-    local v
-    if known then
-      v = known[a]
-    end
+    local v = known and known[a]
     if v == nil then
+      local lo, hi = 0, MAX_AMOUNT
+      if limit then
+        lo, hi = 1, MAX_LIMIT
+      end
       v = tonumber(a)
-      if v == nil or v ~= v or v < lo or v > hi or v ~= floor(v) then
+      -- Not a number, NaN, out of bounds, or not an integer.
+      if v == nil or not (v >= lo and v <= hi) or v % 1 ~= 0 then
         local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
-        return names[i] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
+        err = names[j] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
           format('%.0f', lo) .. ', ' .. format('%.0f', hi) .. ']'
+        break
       end
       if known then
         known[a] = v
       end
     end
-    A[base + i] = v
+    A[base + j] = v
   end
   A[base + 8], A[base + 9] = false, false
-  if n < 9 then
-    return nil
+  if not err and stride == 9 then
+    local instance, seq = ARGV[base + 8], ARGV[base + 9]
+    if not (empty and instance == '' and seq == '0') then
+      if instance ~= valid then
+        if #instance < 1 or #instance > MAX_INSTANCE or not find(instance, '^[0-9A-Za-z_.%-]+$') then
+          err = 'instance of ' .. #instance .. ' bytes is not 1 to ' .. MAX_INSTANCE ..
+            ' bytes of [0-9A-Za-z_.-]'
+        else
+          valid = instance
+        end
+      end
+      if not err then
+        local v = tonumber(seq)
+        if v == nil or not (v >= 1 and v <= MAX_AMOUNT) or v % 1 ~= 0 then
+          err = 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
+            format('%.0f', MAX_AMOUNT) .. ']'
+        else
+          A[base + 8], A[base + 9] = instance, v
+        end
+      end
+    end
   end
-  local instance, seq = ARGV[base + 8], ARGV[base + 9]
-  if empty and instance == '' and seq == '0' then
-    return nil
+  if all and not err then
+    if A[base + 3] ~= 0 or A[base + 4] ~= 0 or A[base + 8] then
+      err = 'all or nothing takes decisions alone: no consumed, returned or seq'
+    elseif named[KEYS[i]] then
+      err = 'all or nothing takes each key once'
+    end
+    named[KEYS[i]] = true
   end
-  if #instance < 1 or #instance > MAX_INSTANCE or not find(instance, '^[0-9A-Za-z_.%-]+$') then
-    return 'instance of ' .. #instance .. ' bytes is not 1 to ' .. MAX_INSTANCE ..
-      ' bytes of [0-9A-Za-z_.-]'
+  if err then
+    if empty then
+      return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
+    end
+    return redis.error_reply('ERR hybrid: ' .. err)
   end
-  local v = tonumber(seq)
-  if v == nil or v ~= v or v < 1 or v > MAX_AMOUNT or v ~= floor(v) then
-    return 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
-      format('%.0f', MAX_AMOUNT) .. ']'
-  end
-  A[base + 8], A[base + 9] = instance, v
-  return nil
-end
-
--- record parses a q: record "<seq> <granted> <now_us>"; nil if unreadable.
-local function record(v)
-  if not v then
-    return nil
-  end
-  local s, g, n = match(v, '^(%d+) (%d+) (%d+)$')
-  s, g, n = tonumber(s), tonumber(g), tonumber(n)
-  if s == nil or g == nil or n == nil or s < 1 or s > MAX_AMOUNT or
-      g > MAX_AMOUNT or n > MAX_AMOUNT then
-    return nil
-  end
-  return {seq = s, granted = g, now = n}
 end
 
 -- refill returns a bucket of t micro-tokens at Redis time ts, refilled at
@@ -253,85 +300,168 @@ local function refill(t, ts, now, rate, burst)
   return t, ts
 end
 
--- peek returns the tokens key's bucket holds at now, refilled, for a call
--- whose arguments check stored from A[base + 1], without writing anything:
--- a bucket it cannot read is full, as settle would make it.
-local function peek(key, base, now)
-  local rate, burst = A[base + 1], A[base + 2]
-  local state = rpcall('HMGET', key, 't', 'ts')
-  local t, ts
-  if not state.err then
-    t, ts = tonumber(state[1]), tonumber(state[2])
+-- record parses a q: record "<seq> <granted> <now_us>" into its three
+-- numbers; nil if unreadable.
+local function record(v)
+  local s, g, n = match(v, '^(%d+) (%d+) (%d+)$')
+  s, g, n = tonumber(s), tonumber(g), tonumber(n)
+  if s and g and n and s >= 1 and s <= MAX_AMOUNT and g <= MAX_AMOUNT and n <= MAX_AMOUNT then
+    return s, g, n
   end
-  if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= floor(t) or
-      ts ~= floor(ts) or ts < 0 or ts > MAX_AMOUNT then
-    return burst
-  end
-  t = mmax(mmin(t, burst), -burst)
-  t = refill(t, ts, now, rate, burst)
-  return t
+  return nil
 end
 
--- settle applies the call whose arguments check stored from A[base + 1] to
--- key at Redis time now, and returns granted, tokens, reset and dup, or nil
--- and an error.
-local function settle(key, base, now)
+-- bucket parses a bucket kept as a string "<t> <ts>" into its two
+-- numbers; nil if unreadable.
+local function bucket(v)
+  local t, ts = match(v, '^(%-?%d+) (%d+)$')
+  t, ts = tonumber(t), tonumber(ts)
+  if t and ts and ts <= MAX_AMOUNT then
+    return t, ts
+  end
+  return nil
+end
+
+local time = rcall('TIME')
+local now = tonumber(time[1]) * MICRO + tonumber(time[2])
+
+if all then
+  -- Every key's grant first, from what its bucket holds at now, refilled
+  -- (a bucket that cannot be read is full, as the step would make it): if
+  -- one falls short of its min_grant, none is granted (each key is written
+  -- as a call that wants nothing would write it).
+  for i = 1, nkeys do
+    local base = 9 * (i - 1)
+    local rate, burst = A[base + 1], A[base + 2]
+    local t, ts
+    local v = rpcall('GET', KEYS[i])
+    if type(v) == 'string' then
+      t, ts = bucket(v)
+    elseif v and find(v.err, 'WRONGTYPE', 1, true) then
+      local state = rpcall('HMGET', KEYS[i], 't', 'ts')
+      if not state.err then
+        t, ts = tonumber(state[1]), tonumber(state[2])
+        if t == nil or ts == nil or t % 1 ~= 0 or ts % 1 ~= 0 or
+            not (ts >= 0 and ts <= MAX_AMOUNT) then
+          t = nil
+        end
+      end
+    end
+    if t == nil then
+      t = burst
+    else
+      if t > burst then
+        t = burst
+      elseif t < -burst then
+        t = -burst
+      end
+      t = refill(t, ts, now, rate, burst)
+    end
+    local g = 0
+    if t > 0 then
+      g = mmin(A[base + 5], t)
+    end
+    g = g - fmod(g, A[base + 7])
+    if g < A[base + 6] then
+      for j = 1, nkeys do
+        A[9 * (j - 1) + 5], A[9 * (j - 1) + 6] = 0, 0
+      end
+      break
+    end
+  end
+end
+
+-- One step for each key.
+local out = {}
+local o = 0
+local nowString = format('%.0f', now) -- every key's ts, but one whose clock went back
+for i = 1, nkeys do
+  local key = KEYS[i]
+  local base = stride * (i - 1)
   local rate, burst, consumed, returned, want, min_grant, quantum =
     A[base + 1], A[base + 2], A[base + 3], A[base + 4], A[base + 5], A[base + 6], A[base + 7]
   local instance, seq = A[base + 8], A[base + 9]
-  if not instance then
-    instance, seq = nil, nil
-  end
 
-  -- 0. The state. Anything unreadable is replaced by a full bucket rather
-  -- than left stuck: a key of another type (WRONGTYPE, say after a SET on it)
-  -- and a hash whose t and ts are not the script's. pcall, so that WRONGTYPE
-  -- is seen here; any other error is passed on.
+  -- 0. The state, as a string or as a hash. Anything unreadable is replaced
+  -- by a full bucket rather than left stuck: a key of another type, a
+  -- string that is not "<t> <ts>", a hash whose t and ts are not the
+  -- script's. A call without a record reads the string (GET) first, and a
+  -- hash only when the key holds another type; a call with one reads the
+  -- hash first. pcall, so that WRONGTYPE is seen here; any other error is
+  -- passed on.
   local reset = 0
-  local missing = false -- or a hash of fields other than those read
+  local form -- what the key held: 'string', 'hash', 'other' or nil (missing)
+  local missing = false -- a hash read as missing: maybe of other fields
   local t, ts
-  local p, rec = 0, nil
+  local p, rs, rg = 0, nil, nil -- p and the record's seq and granted
   local rfield = instance and ('q:' .. instance)
-  local state
+  local state -- an HMGET reply
   if rfield then
     state = rpcall('HMGET', key, 't', 'ts', 'p', rfield)
-  else
-    state = rpcall('HMGET', key, 't', 'ts', 'p')
-  end
-  if state.err then
-    if not find(state.err, 'WRONGTYPE', 1, true) then
-      return nil, state.err
+    if state.err and find(state.err, 'WRONGTYPE', 1, true) then
+      state = nil
+      form = 'string'
     end
-    reset = 1
   else
-    t, ts = tonumber(state[1]), tonumber(state[2])
-    if t == nil or ts == nil or t ~= t or ts ~= ts or t ~= floor(t) or
-        ts ~= floor(ts) or ts < 0 or ts > MAX_AMOUNT then
-      -- Missing (a full bucket, not a reset) unless the hash exists with
-      -- other fields (records, p, anything), or with a field that is there
-      -- but unreadable. Fields other than those read are told by the
-      -- write: the key is missing if it then holds what was written alone.
-      if state[1] or state[2] or state[3] or state[4] then
+    form = 'string'
+  end
+  if form == 'string' then
+    local v = rpcall('GET', key)
+    if v == false then
+      form = nil -- missing: a full bucket
+    elseif type(v) == 'string' then
+      t, ts = bucket(v)
+      if t == nil then
         reset = 1
-      else
-        missing = true
       end
-      t, ts = nil, nil
+    elseif not find(v.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(v.err)
+    elseif rfield then
+      form, reset = 'other', 1 -- neither a hash nor a string
     else
-      -- Only a readable bucket keeps its records and p.
-      local n = tonumber(state[3])
-      if n and n == n and n >= 0 and n <= MAX_AMOUNT and n == floor(n) then
-        p = n
+      form = 'hash'
+      state = rpcall('HMGET', key, 't', 'ts', 'p')
+    end
+  end
+  if state then
+    if state.err then
+      if not find(state.err, 'WRONGTYPE', 1, true) then
+        return redis.error_reply(state.err)
       end
-      if rfield then
-        rec = record(state[4])
+      form, reset = 'other', 1
+    else
+      form = 'hash'
+      t, ts = tonumber(state[1]), tonumber(state[2])
+      if t == nil or ts == nil or t % 1 ~= 0 or ts % 1 ~= 0 or
+          not (ts >= 0 and ts <= MAX_AMOUNT) then
+        -- Missing (a full bucket, not a reset) unless the hash exists with
+        -- other fields (records, p, anything), or with a field that is
+        -- there but unreadable. Fields other than those read are told by
+        -- the write: the key is missing if it then holds what was written
+        -- alone. A call without a record reads a hash only when the key
+        -- exists.
+        if state[1] or state[2] or state[3] or state[4] or not rfield then
+          reset = 1
+        else
+          form, missing = nil, true
+        end
+        t, ts = nil, nil
+      else
+        -- Only a readable bucket keeps its records and p.
+        local n = tonumber(state[3])
+        if n and n >= 0 and n <= MAX_AMOUNT and n % 1 == 0 then
+          p = n
+        end
+        if rfield and state[4] then
+          rs, rg = record(state[4])
+        end
       end
     end
   end
+  -- The bucket is written as a string unless the call has a record, or the
+  -- key is a readable hash, whose records it keeps.
+  local str = not rfield and (form ~= 'hash' or reset == 1)
   if t == nil then
-    if reset == 1 then
-      rcall('DEL', key)
-    end
     t, ts = burst, now
   end
   if t > burst then
@@ -339,203 +469,136 @@ local function settle(key, base, now)
   elseif t < -burst then
     t = -burst
   end
-
   -- 1. Refill for the time since ts.
   t, ts = refill(t, ts, now, rate, burst)
 
-  -- A duplicate changes nothing: it replies what it was granted the first
-  -- time (0 if superseded since) and the tokens as refilled, unwritten.
-  if rec and seq <= rec.seq then
-    local granted = 0
-    if seq == rec.seq then
-      granted = rec.granted
-    end
-    return granted, t, 0, 1
-  end
-
-  -- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
-  t = t + returned
-  if t > burst then
-    t = burst
-  end
-
-  -- 3. Consumption charged; debt never sinks below -burst.
-  t = t - consumed
-  if t < -burst then
-    t = -burst
-  end
-
-  -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
-  -- fmod of two doubles is exact, and granted >= 0.
   local granted = 0
-  if t > 0 then
-    granted = mmin(want, t)
-  end
-  granted = granted - fmod(granted, quantum)
-  if granted < min_grant then
-    granted = 0
-  end
-  t = t - granted
-
-  -- 5. Write, with a TTL that ends when the bucket is full again:
-  -- ceil((burst - t) * 1000 / rate) ms after ts. The quotient is exact up to
-  -- the ceiling when the numerator is below 2^53; above, one more ms keeps the
-  -- key from expiring (and so reading as full) too early.
-  local num = (burst - t) * 1000
-  local ttl = ceil(num / rate)
-  if num >= EXACT then
-    ttl = ttl + 1
-  end
-  if ts > now then
-    ttl = ttl + ceil((ts - now) / 1000)
-  end
-  if ttl < 1000 then
-    ttl = 1000
-  elseif ttl > MAX_TTL_MS then
-    ttl = MAX_TTL_MS
-  end
-  if not nowString then
-    nowString = format('%.0f', now)
-  end
-  local st, sts = format('%.0f', t), nowString
-  if ts ~= now then
-    sts = format('%.0f', ts)
-  end
-  local written = 2
-  if rfield then
-    rcall('HSET', key, 't', st, 'ts', sts, rfield, format('%.0f %.0f %.0f', seq, granted, now))
-    written = 3
+  local dup = 0
+  if rs and seq <= rs then
+    -- A duplicate changes nothing: it replies what it was granted the
+    -- first time (0 if superseded since) and the tokens as refilled,
+    -- unwritten.
+    if seq == rs then
+      granted = rg
+    end
+    dup = 1
   else
-    rcall('HSET', key, 't', st, 'ts', sts)
-  end
-  -- A call without a record adds no field to a readable bucket: the hash is
-  -- counted only after a record, or for a key that read as missing.
-  local fields = written
-  if rfield or missing then
-    fields = rcall('HLEN', key)
-  end
-  if missing and fields > written then
-    -- A hash of fields that are not the script's: replaced, as unreadable.
-    -- The step was the same on a full bucket.
-    reset = 1
-    rcall('DEL', key)
-    if rfield then
-      rcall('HSET', key, 't', st, 'ts', sts, rfield, format('%.0f %.0f %.0f', seq, granted, now))
-    else
-      rcall('HSET', key, 't', st, 'ts', sts)
+    -- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
+    t = t + returned
+    if t > burst then
+      t = burst
     end
-    fields = written
-  end
 
-  -- Prune the records older than PRUNE_AGE_US (and unreadable ones) once the
-  -- hash has more than doubled since the last prune: a prune reads every
-  -- field, and more than half of them were added since, one record per call.
-  -- Fields are only added between prunes, so a p above HLEN is wrong (written
-  -- by someone else) and is mended by a prune too.
-  if rfield and (fields > mmax(2 * p, PRUNE_MIN) or p > fields) then
-    local all = rcall('HGETALL', key)
-    local old = {}
-    local hasP = false
-    for i = 1, #all, 2 do
-      local f = all[i]
-      if f == 'p' then
-        hasP = true
-      elseif sub(f, 1, 2) == 'q:' then
-        local r = record(all[i + 1])
-        if r == nil or r.now < now - PRUNE_AGE_US then
-          old[#old + 1] = f
-        end
-      end
+    -- 3. Consumption charged; debt never sinks below -burst.
+    t = t - consumed
+    if t < -burst then
+      t = -burst
     end
-    for i = 1, #old, HDEL_CHUNK do
-      rcall('HDEL', key, unpack(old, i, mmin(i + HDEL_CHUNK - 1, #old)))
-    end
-    fields = fields - #old
-    if not hasP then
-      fields = fields + 1
-    end
-    rcall('HSET', key, 'p', format('%.0f', fields))
-  end
-  rcall('PEXPIRE', key, format('%.0f', ttl))
 
-  return granted, t, reset, 0
-end
-
--- Every call is read and checked before any key is touched: a call of many
--- keys with one bad part changes nothing.
-local stride = 9
--- All or nothing: 9 arguments a key and then "all".
-local all = #ARGV == 9 * #KEYS + 1 and ARGV[#ARGV] == 'all'
-if all then
-  if #KEYS == 0 or #KEYS > MAX_KEYS then
-    return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. #KEYS)
-  end
-  limits, amounts = {}, {}
-  local named = {}
-  for i = 1, #KEYS do
-    local base = 9 * (i - 1)
-    local err = check(base, 9, true)
-    if not err and (A[base + 3] ~= 0 or A[base + 4] ~= 0 or A[base + 8]) then
-      err = 'all or nothing takes decisions alone: no consumed, returned or seq'
-    end
-    if not err and named[KEYS[i]] then
-      err = 'all or nothing takes each key once'
-    end
-    if err then
-      return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
-    end
-    named[KEYS[i]] = true
-  end
-elseif #KEYS == 1 and (#ARGV == 7 or #ARGV == 9) then
-  local err = check(0, #ARGV, false)
-  if err then
-    return redis.error_reply('ERR hybrid: ' .. err)
-  end
-elseif #KEYS == 1 then
-  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. #ARGV)
-elseif #KEYS == 0 or #KEYS > MAX_KEYS then
-  return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. #KEYS)
-elseif #ARGV ~= 9 * #KEYS then
-  return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. #KEYS .. ' keys, got ' .. #ARGV)
-else
-  limits, amounts = {}, {}
-  for i = 1, #KEYS do
-    local err = check(9 * (i - 1), 9, true)
-    if err then
-      return redis.error_reply('ERR hybrid: key ' .. i .. ': ' .. err)
-    end
-  end
-end
-
-local time = rcall('TIME')
-local now = tonumber(time[1]) * MICRO + tonumber(time[2])
-if all then
-  -- Every key's grant first, from what its bucket holds: if one falls
-  -- short of its min_grant, none is granted (each key is written as a call
-  -- that wants nothing would write it).
-  for i = 1, #KEYS do
-    local base = stride * (i - 1)
-    local t = peek(KEYS[i], base, now)
-    local g = 0
+    -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
+    -- fmod of two doubles is exact, and granted >= 0.
     if t > 0 then
-      g = mmin(A[base + 5], t)
-    end
-    g = g - fmod(g, A[base + 7])
-    if g < A[base + 6] then
-      for j = 1, #KEYS do
-        A[stride * (j - 1) + 5], A[stride * (j - 1) + 6] = 0, 0
+      granted = want
+      if t < want then
+        granted = t
       end
-      break
+    end
+    granted = granted - fmod(granted, quantum)
+    if granted < min_grant then
+      granted = 0
+    end
+    t = t - granted
+
+    -- 5. Write, with a TTL that ends when the bucket is full again:
+    -- ceil((burst - t) * 1000 / rate) ms after ts. The quotient is exact up
+    -- to the ceiling when the numerator is below 2^53; above, one more ms
+    -- keeps the key from expiring (and so reading as full) too early.
+    local num = (burst - t) * 1000
+    local ttl = ceil(num / rate)
+    if num >= EXACT then
+      ttl = ttl + 1
+    end
+    if ts > now then
+      ttl = ttl + ceil((ts - now) / 1000)
+    end
+    if ttl < 1000 then
+      ttl = 1000
+    elseif ttl > MAX_TTL_MS then
+      ttl = MAX_TTL_MS
+    end
+    local sts = nowString
+    if ts ~= now then
+      sts = format('%.0f', ts)
+    end
+    if str then
+      -- A string "<t> <ts>" with its TTL: one command.
+      rcall('SET', key, format('%.0f ', t) .. sts, 'PX', ttl)
+    else
+      local st = format('%.0f', t)
+      if form and form ~= 'hash' then
+        rcall('DEL', key) -- a string or another type, made a hash
+      elseif reset == 1 then
+        rcall('DEL', key)
+      end
+      local rec, written = nil, 2
+      if rfield then
+        rec, written = format('%.0f %.0f %.0f', seq, granted, now), 3
+        rcall('HSET', key, 't', st, 'ts', sts, rfield, rec)
+      else
+        rcall('HSET', key, 't', st, 'ts', sts)
+      end
+      -- A call without a record adds no field to a readable bucket: the
+      -- hash is counted only after a record.
+      local fields = written
+      if rfield and form == 'hash' and reset == 0 or missing then
+        fields = rcall('HLEN', key)
+      end
+      if missing and fields > written then
+        -- A hash of fields that are not the script's: replaced, as
+        -- unreadable. The step was the same on a full bucket.
+        reset = 1
+        rcall('DEL', key)
+        if rfield then
+          rcall('HSET', key, 't', st, 'ts', sts, rfield, rec)
+        else
+          rcall('HSET', key, 't', st, 'ts', sts)
+        end
+        fields = written
+      end
+
+      -- Prune the records older than PRUNE_AGE_US (and unreadable ones) once
+      -- the hash has more than doubled since the last prune: a prune reads
+      -- every field, and more than half of them were added since, one
+      -- record per call. Fields are only added between prunes, so a p above
+      -- HLEN is wrong (written by someone else) and is mended by a prune too.
+      if rfield and (fields > 2 * p and fields > PRUNE_MIN or p > fields) then
+        local fv = rcall('HGETALL', key)
+        local old = {}
+        local hasP = false
+        for j = 1, #fv, 2 do
+          local f = fv[j]
+          if f == 'p' then
+            hasP = true
+          elseif sub(f, 1, 2) == 'q:' then
+            local _, _, rnow = record(fv[j + 1])
+            if rnow == nil or rnow < now - PRUNE_AGE_US then
+              old[#old + 1] = f
+            end
+          end
+        end
+        for j = 1, #old, HDEL_CHUNK do
+          rcall('HDEL', key, unpack(old, j, mmin(j + HDEL_CHUNK - 1, #old)))
+        end
+        fields = fields - #old
+        if not hasP then
+          fields = fields + 1
+        end
+        rcall('HSET', key, 'p', format('%.0f', fields))
+      end
+      rcall('PEXPIRE', key, ttl)
     end
   end
-end
-local out = {}
-local o = 0
-for i = 1, #KEYS do
-  local granted, t, reset, dup = settle(KEYS[i], stride * (i - 1), now)
-  if granted == nil then
-    return redis.error_reply(t)
-  end
+
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = granted, t, now, reset, dup
   o = o + 5
 end

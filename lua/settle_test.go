@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,7 +241,18 @@ func TestSettleModel(t *testing.T) {
 						m.ts = now + r.Int64N(10_000_000)
 					}
 					m.ok = true
-					if err := b.rdb.HSet(ctx, key, "t", m.t, "ts", m.ts).Err(); err != nil {
+					// In either of its forms: a hash keeps its records; a
+					// string or no key becomes a string or a hash.
+					var err error
+					if typ := b.rdb.Type(ctx, key).Val(); typ != "hash" && r.IntN(2) == 0 {
+						err = b.rdb.Set(ctx, key, fmt.Sprintf("%d %d", m.t, m.ts), 0).Err()
+					} else {
+						if typ != "hash" {
+							b.rdb.Del(ctx, key)
+						}
+						err = b.rdb.HSet(ctx, key, "t", m.t, "ts", m.ts).Err()
+					}
+					if err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -329,12 +339,12 @@ func TestSettleModel(t *testing.T) {
 						t.Fatalf("key %d step %d: seq %d of %s sent again (last %d, granted %d): reply %v, want {%d, %d, now, 0, 1}",
 							k, i, call.seq, call.instance, rec.seq, rec.granted, got, granted, tokens)
 					}
-					h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
+					st, sts, _, err := redistest.Bucket(ctx, b.rdb, key)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if st, sts := fmt.Sprint(h[0]), fmt.Sprint(h[1]); st != strconv.FormatInt(m.t, 10) || sts != strconv.FormatInt(m.ts, 10) {
-						t.Fatalf("key %d step %d: a duplicate stored t=%s ts=%s, want %d %d unchanged", k, i, st, sts, m.t, m.ts)
+					if st != m.t || sts != m.ts {
+						t.Fatalf("key %d step %d: a duplicate stored t=%d ts=%d, want %d %d unchanged", k, i, st, sts, m.t, m.ts)
 					}
 					continue
 				}
@@ -356,12 +366,17 @@ func TestSettleModel(t *testing.T) {
 						t.Fatalf("key %d step %d: record of %s = %q, %v; want %q", k, i, call.instance, rec, err, want)
 					}
 				}
-				h, err := b.rdb.HMGet(ctx, key, "t", "ts").Result()
+				st, sts, _, err := redistest.Bucket(ctx, b.rdb, key)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st, sts := fmt.Sprint(h[0]), fmt.Sprint(h[1]); st != strconv.FormatInt(m.t, 10) || sts != strconv.FormatInt(m.ts, 10) {
-					t.Fatalf("key %d step %d: stored t=%s ts=%s, want %d %d", k, i, st, sts, m.t, m.ts)
+				if st != m.t || sts != m.ts {
+					t.Fatalf("key %d step %d: stored t=%d ts=%d, want %d %d", k, i, st, sts, m.t, m.ts)
+				}
+				// A call with a record leaves a hash; one without leaves a
+				// string, unless the key was a hash already.
+				if typ := b.rdb.Type(ctx, key).Val(); call.args != nil && typ != "hash" {
+					t.Fatalf("key %d step %d: a call with a record left a %s, want a hash", k, i, typ)
 				}
 				ttl := pttl(ctx, t, b, key)
 				lo := ttlLo
@@ -376,16 +391,23 @@ func TestSettleModel(t *testing.T) {
 	})
 }
 
-// TestSettleUnreadableState checks that a hash the script cannot read is
-// replaced by a full bucket, rather than left stuck, and that the reply says
-// so; a missing key is a full bucket too, but not a reset.
+// TestSettleUnreadableState checks that a bucket the script cannot read, a
+// hash or a string, is replaced by a full bucket, rather than left stuck,
+// and that the reply says so; a missing key is a full bucket too, but not a
+// reset. A call without a record leaves a string, one with a record a hash.
 func TestSettleUnreadableState(t *testing.T) {
 	tests := []struct {
 		name   string
-		fields []any // nil: no key
+		fields []any // nil: no key; one value: a string
 		reset  int64
 	}{
 		{"missing", nil, 0},
+		{"string text", []any{"abc"}, 1},
+		{"string one number", []any{"5"}, 1},
+		{"string fraction", []any{"1.5 1"}, 1},
+		{"string ts negative", []any{"5 -1"}, 1},
+		{"string ts beyond 2^53", []any{"5 9007199254740993"}, 1},
+		{"string three numbers", []any{"5 1 1"}, 1},
 		{"t text", []any{"t", "abc", "ts", "1"}, 1},
 		{"t fraction", []any{"t", "1.5", "ts", "1"}, 1},
 		{"t missing", []any{"ts", "1"}, 1},
@@ -400,23 +422,44 @@ func TestSettleUnreadableState(t *testing.T) {
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
-		for _, tt := range tests {
-			key := "{" + tt.name + "}"
-			if tt.fields != nil {
-				if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
-					t.Fatal(err)
+		for _, record := range []bool{false, true} {
+			for _, tt := range tests {
+				key := fmt.Sprintf("{%s %v}", tt.name, record)
+				switch len(tt.fields) {
+				case 0:
+				case 1:
+					if err := b.rdb.Set(ctx, key, tt.fields[0], 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					if err := b.rdb.HSet(ctx, key, tt.fields...).Err(); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, 1, 10_000_000, 0, 0, 1_000_000, 0, 1).Result()
-			if err != nil {
-				t.Fatalf("%s: EVAL: %v", tt.name, err)
-			}
-			a := v.([]any)
-			if a[0] != int64(1_000_000) || a[1] != int64(9_000_000) || a[3] != tt.reset {
-				t.Errorf("%s: reply %v, want {1000000, 9000000, now, %d}: a full bucket", tt.name, a, tt.reset)
-			}
-			if got, err := b.rdb.HKeys(ctx, key).Result(); err != nil || len(got) != 2 {
-				t.Errorf("%s: HKEYS after = %q, %v; want [t ts] alone", tt.name, got, err)
+				args := []any{1, 10_000_000, 0, 0, 1_000_000, 0, 1}
+				if record {
+					args = append(args, "z", 1)
+				}
+				v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
+				if err != nil {
+					t.Fatalf("%s: EVAL: %v", tt.name, err)
+				}
+				a := v.([]any)
+				if a[0] != int64(1_000_000) || a[1] != int64(9_000_000) || a[3] != tt.reset {
+					t.Errorf("%s, record %v: reply %v, want {1000000, 9000000, now, %d}: a full bucket", tt.name, record, a, tt.reset)
+				}
+				if tokens, _, ok, err := redistest.Bucket(ctx, b.rdb, key); err != nil || !ok || tokens != 9_000_000 {
+					t.Errorf("%s, record %v: bucket after = %d, %v, %v; want 9000000", tt.name, record, tokens, ok, err)
+				}
+				if !record {
+					if typ := b.rdb.Type(ctx, key).Val(); typ != "string" {
+						t.Errorf("%s: a %s after, want a string", tt.name, typ)
+					}
+					continue
+				}
+				if got, err := b.rdb.HKeys(ctx, key).Result(); err != nil || len(got) != 3 {
+					t.Errorf("%s, record: HKEYS after = %q, %v; want [t ts q:z] alone", tt.name, got, err)
+				}
 			}
 		}
 	})
@@ -465,8 +508,8 @@ func TestSettleWrongType(t *testing.T) {
 			if a := v.([]any); a[0] != int64(2_000_000) || a[1] != int64(5_000_000) || a[3] != int64(1) {
 				t.Errorf("%s: reply %v, want {2000000, 5000000, now, 1}: a full bucket, charged", tt.name, a)
 			}
-			if typ, err := b.rdb.Type(ctx, key).Result(); err != nil || typ != "hash" {
-				t.Errorf("%s: TYPE after = %q, %v; want hash", tt.name, typ, err)
+			if tokens, _, ok, err := redistest.Bucket(ctx, b.rdb, key); err != nil || !ok || tokens != 5_000_000 {
+				t.Errorf("%s: bucket after = %d, %v, %v; want 5000000", tt.name, tokens, ok, err)
 			}
 			// The bucket is the script's again: the next call is no reset.
 			v, err = b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
@@ -520,8 +563,8 @@ func TestSettleClockBack(t *testing.T) {
 		if a[0] != s.granted || a[1] != int64(0) || a[2] != t0.Add(s.at).UnixMicro() || a[3] != int64(0) {
 			t.Errorf("step %d (Redis time %v from t0): reply %v, want {%d, 0, %d, 0}", i, s.at, a, s.granted, t0.Add(s.at).UnixMicro())
 		}
-		if got, want := m.HGet(key, "ts"), strconv.FormatInt(t0.Add(s.ts).UnixMicro(), 10); got != want {
-			t.Errorf("step %d: stored ts %s, want %s (%v from t0)", i, got, want, s.ts)
+		if _, got, _, err := redistest.MiniBucket(m, key); err != nil || got != t0.Add(s.ts).UnixMicro() {
+			t.Errorf("step %d: stored ts %d, %v; want %d (%v from t0)", i, got, err, t0.Add(s.ts).UnixMicro(), s.ts)
 		}
 		// The TTL covers the time until the clock is back at ts, plus the
 		// refill: the key does not expire (and so read as full) meanwhile.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/internal/bubble"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 	"github.com/hybridlimit/hybrid/policy"
 )
 
@@ -128,9 +128,9 @@ func TestEnforced(t *testing.T) {
 			{"free|reports|user|alice", 0, 10.0 / 60},
 		} {
 			rk := "hybrid:{" + b.key + "}"
-			got, err := strconv.ParseInt(m.HGet(rk, "t"), 10, 64)
+			got, _, _, err := redistest.MiniBucket(m, rk)
 			if err != nil {
-				t.Fatalf("HGET %s t: %v", rk, err)
+				t.Fatalf("bucket %s: %v", rk, err)
 			}
 			want, slack := b.tokens*1e6, int64(b.rate*1e6*elapsed)+1
 			if got < want || got > want+slack {
