@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/hybridlimit/hybrid/global"
@@ -101,7 +102,7 @@ func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global
 	}
 	b.mu.Unlock()
 	if batch != nil {
-		r.flush(n, batch)
+		r.flush(n, batch, false)
 	}
 	select {
 	case <-w.done:
@@ -135,8 +136,9 @@ func (b *batcher) take() []*waiter {
 // flush sends batch to node n through its breaker and gives each waiter
 // its outcome; if requests came meanwhile, it hands the next batch to one of
 // the node's flushers: the caller that sent this one goes back to its
-// request.
-func (r *Reconciler) flush(n *node, batch []*waiter) {
+// request. A flusher (wave true) first lets the callers it answered ask
+// again (see awaitWave).
+func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	b := &n.batch
 	b.mu.Lock()
 	var fb *flightBufs
@@ -163,10 +165,14 @@ func (r *Reconciler) flush(n *node, batch []*waiter) {
 		w.rep, w.err = replies[i], err
 		w.done <- struct{}{}
 	}
+	answered := len(batch)
 	clear(batch)
 	clear(sets)
 	clear(replies)
 	fb.sets, fb.replies = sets, replies
+	if wave {
+		b.awaitWave(answered)
+	}
 	b.mu.Lock()
 	if len(b.spare) < maxFlights {
 		b.spare = append(b.spare, batch)
@@ -200,6 +206,33 @@ func (r *Reconciler) flush(n *node, batch []*waiter) {
 	b.mu.Unlock()
 }
 
+// awaitWave gives the processor up, at most answered-1 times, while fewer
+// than answered requests wait for the next batch: the callers a batch has
+// just answered, each on a goroutine made ready by its answer, often ask
+// again at once (a worker pool, a client's next request), and a batch sent
+// before they do carries only the requests that came while it was on its
+// way, while theirs wait a whole round trip more. Then the batches stay
+// as deep as the callers are many, rather than split in two that take turns,
+// and each costs Redis one call and the process one write and one read.
+// There is no timer: a yield returns at once when nothing else is ready to
+// run, and a batch of one (a light load) does not yield at all. The idea is
+// go-redis's AutoPipeline's (expected arrivals after a batch completes).
+// Measured with hybridbench -passes 3 -keys 50000 -rate 10 -burst 20: 8
+// instances x 8 goroutines, lease 66-78k -> 83-86k decisions/s, script
+// calls a decision 0.26 -> 0.16; 4 x 8, lease +7%, exact +20%; 1 x 32,
+// calls a decision 0.11 -> 0.08; light load (-demand 0.02) p99 unchanged.
+func (b *batcher) awaitWave(answered int) {
+	for range answered - 1 {
+		b.mu.Lock()
+		short := len(b.queue) < answered
+		b.mu.Unlock()
+		if !short {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 // flusher sends the batches handed to it, until the Reconciler closes; then
 // it answers those still handed with ErrClosed.
 func (r *Reconciler) flusher(n *node) {
@@ -207,7 +240,7 @@ func (r *Reconciler) flusher(n *node) {
 	for {
 		select {
 		case batch := <-b.work:
-			r.flush(n, batch)
+			r.flush(n, batch, true)
 		case <-r.done:
 			b.mu.Lock()
 			b.closed = true
