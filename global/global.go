@@ -1,5 +1,6 @@
-// Package global is the authoritative token bucket in Redis. A bucket is a
-// hash per key, changed only by one Lua script (package lua), so every change
+// Package global is the authoritative token bucket in Redis. A bucket is one
+// key (a string, or a hash once numbered settlements keep their records in
+// it), changed only by one Lua script (package lua), so every change
 // is atomic, and timed only by Redis TIME, so the clocks of the callers do not
 // matter. State is integer micro-tokens and a timestamp, and every write sets
 // a TTL that ends when the bucket would be full again, so idle keys vanish.

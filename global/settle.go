@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/internal/plural"
+	"github.com/hybridlimit/hybrid/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,11 +121,11 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	// The valid settlements, in calls: on one Redis, up to maxCallKeys
 	// keys a call (a multi-key call costs Redis about half as much a key);
 	// on a Cluster, whose keys each have a slot of their own, one a call.
-	var calls []call
 	per := maxCallKeys
 	if l.Spread() {
 		per = 1
 	}
+	calls := make([]call, 0, (len(batch)+per-1)/per)
 	for i := range batch {
 		s := &batch[i]
 		replies[i] = Reply{}
@@ -132,24 +134,31 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			continue
 		}
 		if n := len(calls); n == 0 || len(calls[n-1].idx) == per {
-			calls = append(calls, call{})
+			// Sized for the keys left, so that appending does not grow it.
+			calls = append(calls, call{idx: make([]int, 0, min(per, len(batch)-i))})
 		}
 		c := &calls[len(calls)-1]
 		c.idx = append(c.idx, i)
-		c.keys = append(c.keys, l.Key(s.Key))
 	}
 	if len(calls) == 0 {
 		return nil
 	}
 	for i := range calls {
+		// The command whole, made here once: EVALSHA, the script's hash,
+		// the keys and their arguments (a call of one key takes the 7 or 9
+		// of Settlement.appendArgs, one of many 9 each).
 		c := &calls[i]
-		if len(c.idx) == 1 {
-			c.args = batch[c.idx[0]].args()
-			continue
-		}
-		c.args = make([]any, 0, 9*len(c.idx))
+		c.args = make([]any, 0, 3+10*len(c.idx))
+		c.args = append(c.args, "evalsha", l.script.Hash(), len(c.idx))
 		for _, j := range c.idx {
-			c.args = batch[j].appendArgs9(c.args)
+			c.args = append(c.args, l.Key(batch[j].Key))
+		}
+		for _, j := range c.idx {
+			if len(c.idx) == 1 {
+				c.args = batch[j].appendArgs(c.args)
+			} else {
+				c.args = batch[j].appendArgs9(c.args)
+			}
 		}
 	}
 	l.send(ctx, calls, func(c *call) bool { return true })
@@ -202,8 +211,7 @@ const maxCallKeys = 100
 // and arguments, and the command that carries them.
 type call struct {
 	idx  []int
-	keys []string
-	args []any
+	args []any // the command: "evalsha", the hash, the keys' count, the keys, their arguments
 	cmd  *redis.Cmd
 }
 
@@ -220,11 +228,16 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 		if pipe == nil {
 			pipe = l.rdb.Pipeline()
 		}
-		if c.cmd == nil {
-			c.cmd = l.script.EvalSha(ctx, pipe, c.keys, c.args...)
-		} else {
-			c.cmd = l.script.Eval(ctx, pipe, c.keys, c.args...)
+		args := c.args
+		if c.cmd != nil { // EVAL with the source, the rest as it was
+			args = slices.Clone(args)
+			args[0], args[1] = "eval", lua.Settle
 		}
+		// As redis.Script's EvalSha and Eval make it, without copying the
+		// arguments again.
+		c.cmd = redis.NewCmd(ctx, args...)
+		c.cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, c.cmd) // queued; its outcome comes with Exec
 		cmds = append(cmds, c.cmd)
 	}
 	if pipe == nil {
@@ -237,8 +250,11 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 
 // args returns the script's ARGV for s: 7 values, then Instance and Seq if
 // s has a Seq.
-func (s *Settlement) args() []any {
-	a := []any{s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1)}
+func (s *Settlement) args() []any { return s.appendArgs(nil) }
+
+// appendArgs appends args() to a.
+func (s *Settlement) appendArgs(a []any) []any {
+	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1))
 	if s.Seq > 0 {
 		a = append(a, s.Instance, s.Seq)
 	}

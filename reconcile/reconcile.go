@@ -158,6 +158,7 @@ type Reconciler struct {
 	done    <-chan struct{} // closed by stop
 	waiters sync.Pool       // of *waiter, for SettleNow (one Reconciler's: a waiter's channel is its)
 	timers  sync.Pool       // of *time.Timer, stopped: see timer
+	fetched sync.Pool       // of chan error, empty: the channels Fetch waits on
 	wg      sync.WaitGroup  // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
@@ -317,7 +318,10 @@ func (r *Reconciler) LowWater(e *Entry) int64 {
 // trip. It waits at most Config.ColdWait (and no longer than ctx); an error
 // means the caller should decide by the fallback policy.
 func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
-	ch := make(chan error, 1)
+	ch, _ := r.fetched.Get().(chan error)
+	if ch == nil {
+		ch = make(chan error, 1)
+	}
 	if !r.goOwned(func() {
 		_, err, _ := r.flights.Do(e.Key(), func() (any, error) {
 			e.X.flags.Or(flagFetching)
@@ -332,6 +336,7 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 	defer r.putTimer(t)
 	select {
 	case err := <-ch:
+		r.fetched.Put(ch) // empty again; one given up on is left to its sender
 		return err
 	case <-t.C:
 		r.stats.fetchTimeouts.Add(1)
