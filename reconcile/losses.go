@@ -60,15 +60,7 @@ type journal struct {
 	// longer than the journal's span, and a loss is seen only once a node
 	// answers again.
 	pinFrom, pinUntil int64
-	// spare is the map of a slot dropped, emptied, for the next slot to
-	// reuse: a map grows by reallocating as it fills, and a slot's map
-	// fills anew every journalSlot (at most spareMax entries kept so).
-	spare map[string]took
 }
-
-// spareMax bounds the entries of a slot whose map is kept for reuse: a
-// slot of an outage's backlog is let go.
-const spareMax = 4096
 
 // slot is what the settlements whose replies came in one journalSlot took,
 // by key, or by key, "\x00" and node on a Redis Cluster.
@@ -126,12 +118,7 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 		if k != len(j.slots)-1 {
 			return // older than the newest slot, and no slot of its own: too old to matter
 		}
-		m := j.spare
-		if m == nil {
-			m = make(map[string]took)
-		}
-		j.spare = nil
-		j.slots = append(j.slots, slot{start: start, took: m})
+		j.slots = append(j.slots, slot{start: start, took: make(map[string]took)})
 		k = len(j.slots) - 1
 	}
 	id := s.Key
@@ -150,12 +137,7 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 	}
 	drop := 0
 	for drop < len(j.slots)-1 && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
-		m := j.slots[drop].took
-		j.n -= len(m)
-		if j.spare == nil && len(m) <= spareMax {
-			clear(m)
-			j.spare = m
-		}
+		j.n -= len(j.slots[drop].took)
 		drop++
 	}
 	if drop > 0 {
