@@ -446,8 +446,8 @@ func TestFailedRoundKeepsConsumption(t *testing.T) {
 	}
 }
 
-// TestWrongType: a bucket key overwritten with another type while in use
-// (a SET over the hash) is replaced by a full bucket at the key's next
+// TestWrongType: a bucket key overwritten while in use (a SET of another
+// value over the bucket) is replaced by a full bucket at the key's next
 // settlement (an Exact key's next decision): decisions on it go on without
 // an error and without the fallback, the replacement is counted
 // (Stats().Reconcile.Resets), other keys and the breaker are not affected,
