@@ -161,17 +161,22 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 		}
 		return refusal(replies)
 	})
+	answered, waiting := len(batch), 0
+	if wave {
+		b.mu.Lock()
+		waiting = len(b.queue) // before its callers can ask again
+		b.mu.Unlock()
+	}
 	for i, w := range batch {
 		w.rep, w.err = replies[i], err
 		w.done <- struct{}{}
 	}
-	answered := len(batch)
 	clear(batch)
 	clear(sets)
 	clear(replies)
 	fb.sets, fb.replies = sets, replies
 	if wave {
-		b.awaitWave(answered)
+		b.awaitWave(answered, waiting)
 	}
 	b.mu.Lock()
 	if len(b.spare) < maxFlights {
@@ -207,24 +212,30 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 }
 
 // awaitWave gives the processor up, at most answered-1 times, while fewer
-// than answered requests wait for the next batch: the callers a batch has
-// just answered, each on a goroutine made ready by its answer, often ask
-// again at once (a worker pool, a client's next request), and a batch sent
-// before they do carries only the requests that came while it was on its
-// way, while theirs wait a whole round trip more. Then the batches stay
-// as deep as the callers are many, rather than split in two that take turns,
-// and each costs Redis one call and the process one write and one read.
+// than answered requests have come since the batch was answered (waiting
+// were there before): the callers a batch has just answered, each on a
+// goroutine made ready by its answer, often ask again at once (a worker
+// pool, a client's next request), and a batch sent before they do carries
+// only the requests that came while it was on its way, while theirs wait a
+// whole round trip more. Then the batches stay as deep as the callers are
+// many, rather than split in two that take turns (counting the requests
+// that were waiting, not only the length of the queue, is what joins two
+// halves of equal size), and each costs Redis one call and the process one
+// write and one read.
 // There is no timer: a yield returns at once when nothing else is ready to
 // run, and a batch of one (a light load) does not yield at all. The idea is
 // go-redis's AutoPipeline's (expected arrivals after a batch completes).
 // Measured with hybridbench -passes 3 -keys 50000 -rate 10 -burst 20: 8
-// instances x 8 goroutines, lease 66-78k -> 83-86k decisions/s, script
-// calls a decision 0.26 -> 0.16; 4 x 8, lease +7%, exact +20%; 1 x 32,
-// calls a decision 0.11 -> 0.08; light load (-demand 0.02) p99 unchanged.
-func (b *batcher) awaitWave(answered int) {
+// instances x 8 goroutines, lease 66-78k -> 87-89k decisions/s, exact
+// 70-75k -> 86-92k, script calls a decision 0.26 -> 0.14 (0.16-0.20 when
+// the queue's length alone was counted); 4 x 8, lease +7%, exact +20%;
+// 1 x 32, calls a decision 0.11 -> 0.08; light load (-demand 0.02) p99
+// unchanged. TestBatchWave shows it on one processor.
+func (b *batcher) awaitWave(answered, waiting int) {
+	want := min(waiting+answered, maxBatchKeys)
 	for range answered - 1 {
 		b.mu.Lock()
-		short := len(b.queue) < answered
+		short := len(b.queue) < want
 		b.mu.Unlock()
 		if !short {
 			return

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -105,6 +106,53 @@ func testBatch(t *testing.T, instances int) {
 		st.mu.Unlock()
 		if last != 1 {
 			t.Errorf("an idle request went in a Settle of %d", last)
+		}
+	})
+}
+
+// TestBatchWave: callers that ask again as soon as they are answered (a
+// closed loop of 8) go together in one batch a round trip, not in two
+// halves that take turns: a batch back lets the callers it answered ask
+// again before the next is sent. Without that the batches read 1, 7, 1,
+// 7...
+func TestBatchWave(t *testing.T) {
+	// On one processor a yield runs every goroutine it made ready before
+	// the one that yielded; on more, an idle one takes the yielder back at
+	// once, and how many callers ask again meanwhile depends on their
+	// speed (under the race detector, half of them).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		st.live = 2 // a fleet: one batch on its way at a time
+		st.delay = time.Millisecond
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 2})
+		defer r.Close(context.Background())
+		m, _ := global.Limit{Rate: 1e6, Burst: 1e6}.Micro()
+		const callers, asks = 8, 40
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Go(func() {
+				for i := range asks {
+					s := global.Settlement{Key: fmt.Sprint("k", c, "-", i), Limit: m, Want: M, MinGrant: M, Quantum: M}
+					if rep, err := r.SettleNow(context.Background(), s); err != nil || rep.Granted != M {
+						t.Errorf("caller %d, ask %d: %+v, %v", c, i, rep, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		st.mu.Lock()
+		sizes := slices.Clone(st.sizes)
+		st.mu.Unlock()
+		// Past the first few batches, which the callers' start staggers.
+		tail := sizes[len(sizes)/2:]
+		sum := 0
+		for _, n := range tail {
+			sum += n
+		}
+		if mean := float64(sum) / float64(len(tail)); mean < 6 {
+			t.Errorf("Settle calls of %v settlements (the last %d: %.1f a call), want about %d a call", sizes, len(tail), mean, callers)
 		}
 	})
 }

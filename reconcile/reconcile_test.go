@@ -38,6 +38,7 @@ type store struct {
 	dups    int                 // settlements found to be duplicates
 	seqs    map[string][]int64  // the seqs each key was sent, in order
 	sizes   []int               // the settlements of each Settle call past the gate
+	delay   time.Duration       // how long each Settle call takes past the gate (a round trip)
 }
 
 func newStore() *store {
@@ -56,6 +57,10 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			return ctx.Err()
 		}
 	}
+	s.mu.Lock()
+	delay := s.delay
+	s.mu.Unlock()
+	time.Sleep(delay)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settles++
