@@ -153,12 +153,12 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		for _, j := range c.idx {
 			c.args = append(c.args, l.Key(batch[j].Key))
 		}
+		if len(c.idx) == 1 {
+			c.args = batch[c.idx[0]].appendArgs(c.args)
+			continue
+		}
 		for _, j := range c.idx {
-			if len(c.idx) == 1 {
-				c.args = batch[j].appendArgs(c.args)
-			} else {
-				c.args = batch[j].appendArgs9(c.args)
-			}
+			c.args = batch[j].appendArgs9(c.args)
 		}
 	}
 	l.send(ctx, calls, func(c *call) bool { return true })

@@ -28,7 +28,7 @@ func Bucket(ctx context.Context, rdb redis.Cmdable, key string) (t, ts int64, ok
 		if err != nil {
 			return 0, 0, false, err
 		}
-		t, ts, err = ParseBucket(s)
+		t, ts, err = parseBucket(s)
 		return t, ts, err == nil, err
 	case "hash":
 		h, err := rdb.HMGet(ctx, key, "t", "ts").Result()
@@ -37,7 +37,7 @@ func Bucket(ctx context.Context, rdb redis.Cmdable, key string) (t, ts int64, ok
 		}
 		st, _ := h[0].(string)
 		sts, _ := h[1].(string)
-		t, ts, err = ParseBucket(st + " " + sts)
+		t, ts, err = parseBucket(st + " " + sts)
 		return t, ts, err == nil, err
 	}
 	return 0, 0, false, fmt.Errorf("redistest: bucket %q is a %s", key, typ)
@@ -53,18 +53,18 @@ func MiniBucket(m *miniredis.Miniredis, key string) (t, ts int64, ok bool, err e
 		if err != nil {
 			return 0, 0, false, err
 		}
-		t, ts, err = ParseBucket(s)
+		t, ts, err = parseBucket(s)
 		return t, ts, err == nil, err
 	case "hash":
-		t, ts, err = ParseBucket(m.HGet(key, "t") + " " + m.HGet(key, "ts"))
+		t, ts, err = parseBucket(m.HGet(key, "t") + " " + m.HGet(key, "ts"))
 		return t, ts, err == nil, err
 	default:
 		return 0, 0, false, fmt.Errorf("redistest: bucket %q is a %s", key, typ)
 	}
 }
 
-// ParseBucket parses a bucket kept as a string, "<t> <ts>".
-func ParseBucket(s string) (t, ts int64, err error) {
+// parseBucket parses a bucket kept as a string, "<t> <ts>".
+func parseBucket(s string) (t, ts int64, err error) {
 	a, b, found := strings.Cut(s, " ")
 	if !found {
 		return 0, 0, fmt.Errorf("redistest: bucket %q is not \"<t> <ts>\"", s)
