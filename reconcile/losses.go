@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ type journal struct {
 }
 
 // slot is what the settlements whose replies came in one journalSlot took,
-// by key, or by key, "\x00" and node on a Redis Cluster.
+// by key, or by key, "\x00" and node on a Redis Cluster (journalID).
 type slot struct {
 	start int64 // Redis time, microseconds
 	took  map[string]took
@@ -71,19 +72,36 @@ type slot struct {
 
 // took is what settlements of one key took out of its bucket in a slot,
 // on one node: granted plus consumed less returned, and the Redis time of
-// the last.
+// the last. The key and node are its slot's map key: a long tail adds an
+// entry a decision, so an entry is kept small.
 type took struct {
-	sp   *Spec
-	key  string
-	node string // the Redis Cluster node that held the bucket, "" on a single Redis
-	at   int64  // Redis time, microseconds
-	net  int64  // micro-tokens
+	sp  *Spec
+	at  int64 // Redis time, microseconds
+	net int64 // micro-tokens
+}
+
+// journalID is the journal's map key of key on node ("" on a single
+// Redis): the key itself, or the key, a zero byte and the node (a node's
+// address has no zero byte; a key may).
+func journalID(key, node string) string {
+	if node == "" && strings.IndexByte(key, 0) < 0 {
+		return key
+	}
+	return key + "\x00" + node
+}
+
+// splitID returns the key and node of a journal map key (journalID).
+func splitID(id string) (key, node string) {
+	if i := strings.LastIndexByte(id, 0); i >= 0 {
+		return id[:i], id[i+1:]
+	}
+	return id, ""
 }
 
 const (
 	// journalSlot is the time a journal slot covers.
 	journalSlot = 100 * time.Millisecond
-	// journalMax bounds the journal's entries (about 100 bytes each, 1.6
+	// journalMax bounds the journal's entries (about 70 bytes each, 1.1
 	// MiB in all): past it the oldest slots go first, and a loss found
 	// later than they cover is charged again in part. A hot key costs an
 	// entry a slot; an instance that settles more than journalMax keys
@@ -118,18 +136,21 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 		if k != len(j.slots)-1 {
 			return // older than the newest slot, and no slot of its own: too old to matter
 		}
-		j.slots = append(j.slots, slot{start: start, took: make(map[string]took)})
+		// Sized as the slot before it ended: a steady flow of new keys
+		// fills it without growing it step by step.
+		hint := 0
+		if k >= 0 {
+			hint = len(j.slots[k].took)
+		}
+		j.slots = append(j.slots, slot{start: start, took: make(map[string]took, hint)})
 		k = len(j.slots) - 1
 	}
-	id := s.Key
-	if node != "" {
-		id = s.Key + "\x00" + node
-	}
+	id := journalID(s.Key, node)
 	t, ok := j.slots[k].took[id]
 	if !ok {
 		j.n++
 	}
-	t.sp, t.key, t.node, t.at, t.net = sp, s.Key, node, max(t.at, at), t.net+net
+	t.sp, t.at, t.net = sp, max(t.at, at), t.net+net
 	j.slots[k].took[id] = t
 	cut := at - span.Microseconds()
 	if at < j.pinUntil {
@@ -193,18 +214,18 @@ func (r *Reconciler) journalSpan() time.Duration { return journalBeats * r.cfg.H
 
 // since returns, key by key, what the settlements whose last reply of a
 // slot came at or after at (Redis time, microseconds) took in that slot,
-// with the key's spec, of the entries keep is true for: a slot's
-// settlements before at are counted too, towards denying.
-func (j *journal) since(at int64, keep func(t *took) bool) map[string]took {
+// with the key's spec, of the entries of the keys and nodes keep is true
+// for: a slot's settlements before at are counted too, towards denying.
+func (j *journal) since(at int64, keep func(key, node string) bool) map[string]took {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := make(map[string]took)
 	for _, sl := range j.slots {
-		for _, t := range sl.took {
-			if t.at >= at && keep(&t) {
-				sum := out[t.key]
-				sum.sp, sum.key, sum.net = t.sp, t.key, sum.net+t.net
-				out[t.key] = sum
+		for id, t := range sl.took {
+			if key, node := splitID(id); t.at >= at && keep(key, node) {
+				sum := out[key]
+				sum.sp, sum.net = t.sp, sum.net+t.net
+				out[key] = sum
 			}
 		}
 	}
@@ -260,8 +281,8 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		return
 	}
 	moved := last.node != addr // another node answers: a replica took the place of last.node
-	lost := r.journal.since(since.UnixMicro(), func(t *took) bool {
-		return addr == "" || r.router.Node(done, t.key) == addr && (!moved || t.node != addr)
+	lost := r.journal.since(since.UnixMicro(), func(key, node string) bool {
+		return addr == "" || r.router.Node(done, key) == addr && (!moved || node != addr)
 	})
 	var keys int
 	var tokens int64
