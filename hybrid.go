@@ -22,10 +22,12 @@
 package hybrid
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +159,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 	checkClient(rdb, cfg.Logger)
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
+		FirstRound:    firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval)),
 		LocalCapacity: cfg.LocalCapacity,
 		MaxKeys:       cfg.MaxKeys,
 		ColdWait:      cfg.ColdWait,
@@ -175,6 +178,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		clock: r.Clock(),
 		fb:    cfg.Fallback,
 	}, nil
+}
+
+// firstRound draws when a new Limiter's first settlement round comes, at
+// random within the sync interval si: a fleet started at once settles at as
+// many moments as it has instances (reconcile.Config.FirstRound).
+var firstRound = func(si time.Duration) time.Duration {
+	return 1 + time.Duration(rand.Int64N(int64(si)))
 }
 
 // Allow reports whether one token may be taken for key under lim now. It is
@@ -400,7 +410,7 @@ func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 	// what a fetch would need (cost less the lease, or for a saturated key
 	// a little more: see due): deny here, until then.
 	held := e.Allowance.Load()
-	if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > 0 {
+	if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > viewSlack {
 		l.r.Starved(e, false)
 		return true, l.deniedHere(sp, lim, wait, v, held, now), true
 	}

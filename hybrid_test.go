@@ -498,46 +498,60 @@ func TestStats(t *testing.T) {
 // TestRetryAfter: a denial's RetryAfter is when the tokens are due, within
 // 1ms, in every mode, and a caller that honours it is admitted then: after
 // one token of a limit of 1 per millisecond, burst 1 (go-redis/redis_rate's
-// own case), and of 10 a second, burst 1.
+// own case), and of 10 a second, burst 1. With rounds at a third of an
+// interval's nanoseconds past the requests' (as a Limiter's random first
+// round makes them), a round's view times the bucket a fraction of a
+// microsecond late (Redis's clock counts microseconds): lease and exact
+// still admit the caller that honours RetryAfter.
 func TestRetryAfter(t *testing.T) {
-	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
-		for _, r := range []float64{1000, 10} {
-			lim := hybrid.Limit{Rate: r, Burst: 1, Mode: mode}
-			t.Run(fmt.Sprintf("%v/%v-per-s", mode, r), func(t *testing.T) {
-				inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
-					l := f.lims[0]
-					ctx := context.Background()
-					period := time.Duration(float64(time.Second) / r)
-					for i := range 5 {
-						// Spend the token, then ask again at once.
-						var taken time.Time
-						for {
-							res, err := l.Allow(ctx, "k", lim)
-							if err != nil {
-								t.Fatal(err)
-							}
-							if res.Allowed {
-								taken = time.Now()
-								break
-							}
-							time.Sleep(res.RetryAfter)
-						}
-						res, err := l.Allow(ctx, "k", lim)
-						if err != nil || res.Allowed {
-							t.Fatalf("round %d: Allow right after a token was taken = %+v, %v, want denied", i, res, err)
-						}
-						due := period - time.Since(taken)
-						if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
-							t.Errorf("round %d: RetryAfter %v, the token is due in %v: off by %v, more than 1ms", i, res.RetryAfter, due, diff)
-						}
-						// Honoured, it admits.
-						time.Sleep(res.RetryAfter)
-						if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
-							t.Errorf("round %d: Allow after RetryAfter %v = %+v, %v, want allowed", i, res.RetryAfter, res, err)
-						}
-					}
-				})
-			})
+	for _, phase := range []time.Duration{0, 33333333} {
+		for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+			if phase != 0 && mode == hybrid.Optimistic {
+				continue // its pacing is a micro-token early then: see docs/accuracy.md
+			}
+			testRetryAfter(t, phase, mode)
 		}
+	}
+}
+
+func testRetryAfter(t *testing.T, phase time.Duration, mode hybrid.Mode) {
+	for _, r := range []float64{1000, 10} {
+		lim := hybrid.Limit{Rate: r, Burst: 1, Mode: mode}
+		t.Run(fmt.Sprintf("phase=%v/%v/%v-per-s", phase, mode, r), func(t *testing.T) {
+			defer hybrid.SetFirstRound(phase)()
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				ctx := context.Background()
+				period := time.Duration(float64(time.Second) / r)
+				for i := range 5 {
+					// Spend the token, then ask again at once.
+					var taken time.Time
+					for {
+						res, err := l.Allow(ctx, "k", lim)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if res.Allowed {
+							taken = time.Now()
+							break
+						}
+						time.Sleep(res.RetryAfter)
+					}
+					res, err := l.Allow(ctx, "k", lim)
+					if err != nil || res.Allowed {
+						t.Fatalf("round %d: Allow right after a token was taken = %+v, %v, want denied", i, res, err)
+					}
+					due := period - time.Since(taken)
+					if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
+						t.Errorf("round %d: RetryAfter %v, the token is due in %v: off by %v, more than 1ms", i, res.RetryAfter, due, diff)
+					}
+					// Honoured, it admits.
+					time.Sleep(res.RetryAfter)
+					if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
+						t.Errorf("round %d: Allow after RetryAfter %v = %+v, %v, want allowed", i, res.RetryAfter, res, err)
+					}
+				}
+			})
+		})
 	}
 }

@@ -87,7 +87,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	now := l.clock.Now()
 	if v.Age(now) <= 2*l.r.SyncInterval() {
-		if wait := l.settleWait(e, sp, cost, v, now); wait > 0 {
+		if wait := l.settleWait(e, sp, cost, v, now); wait > viewSlack {
 			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}
 	}

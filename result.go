@@ -157,6 +157,13 @@ func untilHolds(sp *reconcile.Spec, v local.View, need int64, now time.Duration)
 	return limit.DurationFor(need-tokens, sp.Limit.Rate) - v.Age(now)
 }
 
+// viewSlack is how much later than Redis placed it a view can time what it
+// saw, beyond the way back that Reconciler.Lead covers: Redis's TIME counts
+// whole microseconds. A request that a view holds back for no longer than
+// that asks Redis instead, so that a caller that honoured a RetryAfter is
+// not denied again for the view's rounding.
+const viewSlack = time.Microsecond
+
 // minRetry is the RetryAfter of a denial whose view says the tokens are
 // there already: it was overtaken by other instances' spending, and a
 // caller that retries at once would only be denied again.

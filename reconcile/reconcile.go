@@ -50,6 +50,14 @@ type Config struct {
 	// starts early when a key's allowance runs dry, but never sooner than
 	// SyncInterval/4 after the previous one. 0 means 100ms.
 	SyncInterval time.Duration
+	// FirstRound is how long after New the first settlement round comes;
+	// the others follow every SyncInterval. A fleet whose instances drew
+	// it at random within a SyncInterval (hybrid.New does) settles at as
+	// many moments as it has instances, not all at once: started together
+	// (a deploy, a bench), their rounds would otherwise reach Redis
+	// together every SyncInterval, and a busy Redis would answer the last
+	// of them late. 0, or more than SyncInterval, means SyncInterval.
+	FirstRound time.Duration
 	// LocalCapacity bounds, in tokens, the allowance one instance holds for
 	// one key: in lease mode what it reserves ahead, in optimistic mode the
 	// budget it may spend before it settles. 0 means 4096.
@@ -199,11 +207,14 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
-	if cfg.SyncInterval < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 {
+	if cfg.SyncInterval < 0 || cfg.FirstRound < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("%w: negative field in %+v", ErrConfig, cfg)
 	}
 	if cfg.SyncInterval == 0 {
 		cfg.SyncInterval = DefaultSyncInterval
+	}
+	if cfg.FirstRound == 0 || cfg.FirstRound > cfg.SyncInterval {
+		cfg.FirstRound = cfg.SyncInterval
 	}
 	if cfg.LocalCapacity == 0 {
 		cfg.LocalCapacity = DefaultLocalCapacity

@@ -10,12 +10,14 @@ import (
 	"github.com/hybridlimit/hybrid/local"
 )
 
-// loop is the reconciler's goroutine: rounds on the ticker and, no sooner
-// than gap after the previous round, when a key starves; heartbeats on their
-// own ticker. It returns when ctx ends.
+// loop is the reconciler's goroutine: rounds on the ticker (the first
+// Config.FirstRound after New, then every SyncInterval) and, no sooner than
+// gap after the previous round, when a key starves; heartbeats on their own
+// ticker. It returns when ctx ends.
 func (r *Reconciler) loop(ctx context.Context) {
-	tick := time.NewTicker(r.cfg.SyncInterval)
+	tick := time.NewTicker(r.cfg.FirstRound)
 	defer tick.Stop()
+	first := r.cfg.FirstRound != r.cfg.SyncInterval // the ticker's period is still FirstRound
 	beat := time.NewTimer(r.heartbeat(ctx))
 	defer beat.Stop()
 	soon := time.NewTimer(r.cfg.SyncInterval)
@@ -31,6 +33,10 @@ func (r *Reconciler) loop(ctx context.Context) {
 			beat.Reset(r.heartbeat(ctx))
 			continue
 		case <-tick.C:
+			if first {
+				tick.Reset(r.cfg.SyncInterval)
+				first = false
+			}
 		case <-r.early:
 			if wait := r.gap - (r.clock.Now() - last); wait > 0 {
 				if !waiting {
