@@ -87,6 +87,13 @@ type Config struct {
 	Prefix string
 	// SyncInterval is the time between two settlement rounds. 0 means 100ms.
 	SyncInterval time.Duration
+	// FirstRound is how long after New the first settlement round comes;
+	// the others follow every SyncInterval. 0 means a random moment within
+	// the first SyncInterval, so that a fleet started at once does not
+	// settle all at once. Tests that run in fake time (testing/synctest)
+	// and check what a round did at an interval's end set it to
+	// SyncInterval; more than SyncInterval means SyncInterval.
+	FirstRound time.Duration
 	// LocalCapacity bounds, in tokens, what one instance holds for one key
 	// without asking Redis: its lease in Lease mode, its budget in Optimistic
 	// mode. It trades Redis load (about one command per LocalCapacity
@@ -159,7 +166,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 	checkClient(rdb, cfg.Logger)
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
-		FirstRound:    firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval)),
+		FirstRound:    cmp.Or(cfg.FirstRound, firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval))),
 		LocalCapacity: cfg.LocalCapacity,
 		MaxKeys:       cfg.MaxKeys,
 		ColdWait:      cfg.ColdWait,
@@ -180,10 +187,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 	}, nil
 }
 
-// firstRound draws when a new Limiter's first settlement round comes, at
-// random within the sync interval si: a fleet started at once settles at as
-// many moments as it has instances (reconcile.Config.FirstRound).
+// firstRound draws when a new Limiter's first settlement round comes when
+// Config.FirstRound is 0: at random within the sync interval si, so that a
+// fleet started at once settles at as many moments as it has instances.
 var firstRound = func(si time.Duration) time.Duration {
+	if si <= 0 {
+		return 0 // an invalid interval, which New reports
+	}
 	return 1 + time.Duration(rand.Int64N(int64(si)))
 }
 

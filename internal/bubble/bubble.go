@@ -5,6 +5,7 @@
 package bubble
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"testing/synctest"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/reconcile"
 )
 
 // Clock is a go-redis hook that sets M's TIME to the caller's clock before
@@ -43,7 +45,8 @@ func (c Clock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // network), then runs test in a synctest bubble with a Limiter configured
 // by cfg on it, whose Redis clock is the bubble's, once its first heartbeat
 // is done and a millisecond has passed (a clock's very first reading, 0,
-// would read as no time at all). It closes the Limiter and its client when
+// would read as no time at all). The Limiter's rounds come on the sync
+// interval, unless cfg sets FirstRound. It closes the Limiter and its client when
 // test returns, inside the bubble.
 func Run(t *testing.T, cfg hybrid.Config, test func(t *testing.T, lim *hybrid.Limiter)) {
 	t.Helper()
@@ -51,6 +54,9 @@ func Run(t *testing.T, cfg hybrid.Config, test func(t *testing.T, lim *hybrid.Li
 	synctest.Test(t, func(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 		rdb.AddHook(Clock{m})
+		if cfg.FirstRound == 0 { // rounds on the interval, as the tests time them
+			cfg.FirstRound = cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval)
+		}
 		lim, err := hybrid.New(rdb, cfg)
 		if err != nil {
 			t.Fatal(err)
