@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +129,28 @@ func TestWaitLine(t *testing.T) {
 			t.Errorf("20 waiters made %d decisions, want about one each", made)
 		}
 	})
+}
+
+// TestWaitOffRound: a lone waiter on a limit of 1 a second, burst 1, gets
+// as many tokens as x/time/rate's Wait, less the one its first call found
+// before the limiter's first view, in 20 s, in every mode, with the rounds a
+// nanosecond or a third of an interval off the requests' times (as a
+// Limiter's random first round puts them). A view rounded to Redis's
+// microseconds makes the waiter come a microsecond early at times; it kept
+// its place in line (it lost a whole turn: 18 tokens of 21).
+func TestWaitOffRound(t *testing.T) {
+	for _, phase := range []time.Duration{1, 33333333} {
+		for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+			t.Run(fmt.Sprintf("phase=%v/%v", phase, mode), func(t *testing.T) {
+				defer hybrid.SetFirstRound(phase)()
+				lim := hybrid.Limit{Rate: 1, Burst: 1, Mode: mode}
+				inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+					ours, theirs := waiter(t, f.lims[0], "w", lim, 20*time.Second)
+					if ours < theirs-1 {
+						t.Errorf("a lone waiter got %d tokens in 20 s, x/time/rate %d", ours, theirs)
+					}
+				})
+			})
+		}
+	}
 }
