@@ -389,6 +389,9 @@ func isNoScript(err error) bool {
 // client's changes; a circuit breaker should count it as a failure, not as
 // an answer.
 func IsRefusal(err error) bool {
+	if err == nil {
+		return false // and no allocation for errors.As's target: most replies
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
