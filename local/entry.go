@@ -31,8 +31,9 @@ type Entry[X any] struct {
 	// Pending holds the micro-tokens consumed here and not yet settled.
 	Pending Tokens
 
-	mu     sync.Mutex // protects bucket
-	bucket Bucket     // bucket.last == unset until first used or set
+	// own is the local token bucket, made the first time it is used (an
+	// outage's fallback): a key that never needs one keeps 24 bytes less.
+	own atomic.Pointer[ownBucket]
 
 	seq     atomic.Uint64 // view sequence: odd while a write is under way
 	vTokens atomic.Int64  // view: micro-tokens the global bucket held
@@ -51,14 +52,33 @@ func (e *Entry[X]) retire() (unused, pending int64) {
 	return e.Allowance.Retire(), e.Pending.Retire()
 }
 
+// ownBucket is an entry's local token bucket and its lock.
+type ownBucket struct {
+	mu     sync.Mutex
+	bucket Bucket // bucket.last == unset until first used or set
+}
+
+// local returns e's local bucket, making it the first time.
+func (e *Entry[X]) local() *ownBucket {
+	if b := e.own.Load(); b != nil {
+		return b
+	}
+	b := &ownBucket{bucket: Bucket{last: unset}}
+	if e.own.CompareAndSwap(nil, b) {
+		return b
+	}
+	return e.own.Load()
+}
+
 // TakeAt takes n micro-tokens from e's local bucket at now, if it holds them,
 // and reports whether it did. The bucket is made full the first time it is
 // used (or when it was never set with SetBucket).
 func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
-	e.mu.Lock()
-	e.initLocked(now, lim)
-	ok := e.bucket.TakeAt(now, lim, n)
-	e.mu.Unlock()
+	b := e.local()
+	b.mu.Lock()
+	b.initLocked(now, lim)
+	ok := b.bucket.TakeAt(now, lim, n)
+	b.mu.Unlock()
 	return ok
 }
 
@@ -68,39 +88,43 @@ func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
 // owner's share of what it last saw the global bucket hold. A bucket used
 // since after goes on as it is.
 func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n int64, after time.Duration, seed int64) bool {
-	e.mu.Lock()
-	if e.bucket.last == unset || e.bucket.last < after {
-		e.bucket = Bucket{tokens: min(max(seed, 0), lim.Burst), last: now}
+	b := e.local()
+	b.mu.Lock()
+	if b.bucket.last == unset || b.bucket.last < after {
+		b.bucket = Bucket{tokens: min(max(seed, 0), lim.Burst), last: now}
 	}
-	ok := e.bucket.TakeAt(now, lim, n)
-	e.mu.Unlock()
+	ok := b.bucket.TakeAt(now, lim, n)
+	b.mu.Unlock()
 	return ok
 }
 
 // PutAt gives n micro-tokens back to e's local bucket at now, up to its
 // burst.
 func (e *Entry[X]) PutAt(now time.Duration, lim Limit, n int64) {
-	e.mu.Lock()
-	e.initLocked(now, lim)
-	e.bucket.Put(now, lim, n)
-	e.mu.Unlock()
+	b := e.local()
+	b.mu.Lock()
+	b.initLocked(now, lim)
+	b.bucket.Put(now, lim, n)
+	b.mu.Unlock()
 }
 
 // Bucket returns a copy of e's local bucket, refilled to now.
 func (e *Entry[X]) Bucket(now time.Duration, lim Limit) Bucket {
-	e.mu.Lock()
-	e.initLocked(now, lim)
-	e.bucket.Advance(now, lim)
-	b := e.bucket
-	e.mu.Unlock()
-	return b
+	b := e.local()
+	b.mu.Lock()
+	b.initLocked(now, lim)
+	b.bucket.Advance(now, lim)
+	c := b.bucket
+	b.mu.Unlock()
+	return c
 }
 
 // SetBucket replaces e's local bucket.
-func (e *Entry[X]) SetBucket(b Bucket) {
-	e.mu.Lock()
-	e.bucket = b
-	e.mu.Unlock()
+func (e *Entry[X]) SetBucket(c Bucket) {
+	b := e.local()
+	b.mu.Lock()
+	b.bucket = c
+	b.mu.Unlock()
 }
 
 // unset marks a bucket that was never used nor set. No Clock reads it.
@@ -108,13 +132,13 @@ const unset = time.Duration(math.MinInt64)
 
 // newEntry returns a live entry for key with a bucket not yet set.
 func newEntry[X any](key string, hash uint32) *Entry[X] {
-	return &Entry[X]{key: key, hash: hash, bucket: Bucket{last: unset}}
+	return &Entry[X]{key: key, hash: hash}
 }
 
-// initLocked makes a bucket that was never set full. e.mu must be held.
-func (e *Entry[X]) initLocked(now time.Duration, lim Limit) {
-	if e.bucket.last == unset {
-		e.bucket = Full(lim, now)
+// initLocked makes a bucket that was never set full. b.mu must be held.
+func (b *ownBucket) initLocked(now time.Duration, lim Limit) {
+	if b.bucket.last == unset {
+		b.bucket = Full(lim, now)
 	}
 }
 
@@ -130,12 +154,15 @@ func (v View) Age(now time.Duration) time.Duration { return max(now-v.Seen, 0) }
 // SetView records v as the latest view of the global bucket. Writers are
 // serialised; readers never block and never see a torn view.
 func (e *Entry[X]) SetView(v View) {
-	e.mu.Lock()
-	e.seq.Add(1)
+	for { // a writer makes the sequence odd, the others wait for it
+		if s := e.seq.Load(); s&1 == 0 && e.seq.CompareAndSwap(s, s+1) {
+			break
+		}
+		runtime.Gosched()
+	}
 	e.vTokens.Store(v.Tokens)
 	e.vSeen.Store(int64(v.Seen))
 	e.seq.Add(1)
-	e.mu.Unlock()
 }
 
 // View returns the latest view of the global bucket, the zero View if none

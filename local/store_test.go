@@ -291,22 +291,26 @@ func TestEntryViewAndBucket(t *testing.T) {
 	}
 }
 
-// TestViewNotTorn reads views while one goroutine writes pairs whose fields
-// agree: a reader must never see fields of two different writes.
+// TestViewNotTorn reads views while two goroutines write pairs whose fields
+// agree: a reader must never see fields of two different writes, nor a
+// writer interleave its fields with the other's.
 func TestViewNotTorn(t *testing.T) {
 	var e Entry[none]
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	wg.Go(func() {
-		for i := int64(1); ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-				e.SetView(View{Tokens: i, Seen: -time.Duration(i)})
+	for w := range int64(2) {
+		wg.Go(func() {
+			for i := int64(1); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					n := 2*i + w
+					e.SetView(View{Tokens: n, Seen: -time.Duration(n)})
+				}
 			}
-		}
-	})
+		})
+	}
 	for range 100000 {
 		if v := e.View(); v.Seen != -time.Duration(v.Tokens) {
 			t.Fatalf("torn view %+v", v)
