@@ -305,8 +305,13 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *r
 	if l.r.Closed() {
 		return Result{}, nil, ErrClosed
 	}
-	for range 3 { // an entry may be retired under us: look the key up again
-		if e == nil || e.Retired() {
+	missed := e == nil // the caller's lookup missed the key (or it made none)
+	for range 3 {      // an entry may be retired under us: look the key up again
+		switch {
+		case missed:
+			e, _ = l.keys.Add(key)
+			missed = false
+		case e == nil || e.Retired():
 			e, _ = l.keys.GetOrAdd(key)
 		}
 		if e.X.Spec() != sp {

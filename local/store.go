@@ -149,6 +149,13 @@ func (s *Store[X]) GetOrAdd(key string) (e *Entry[X], added bool) {
 	if e := s.Get(key); e != nil {
 		return e, false
 	}
+	return s.Add(key)
+}
+
+// Add is GetOrAdd for a key that Get has just missed: it skips the lookup
+// without the shard's lock, which would miss again (a new key's decision
+// paid three lookups of a large table, each a cache miss, for one).
+func (s *Store[X]) Add(key string) (e *Entry[X], added bool) {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()

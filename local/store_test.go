@@ -93,6 +93,8 @@ func newTestStore(t *testing.T, cfg Config[none]) (*Store[none], *[]evicted) {
 	return s, &out
 }
 
+// TestStoreGetOrAdd: GetOrAdd adds a key once, with a copy of its own, and
+// Get and Add find it after.
 func TestStoreGetOrAdd(t *testing.T) {
 	s, _ := newTestStore(t, Config[none]{})
 	if e := s.Get("a"); e != nil {
@@ -112,6 +114,13 @@ func TestStoreGetOrAdd(t *testing.T) {
 	}
 	if s.Len() != 1 {
 		t.Fatalf("Len = %d, want 1", s.Len())
+	}
+	// Add, for a key a Get missed, finds a key added meanwhile.
+	if again, added := s.Add("a"); added || again != a {
+		t.Fatalf("Add(a) of a tracked key = %p, added %v; want %p", again, added, a)
+	}
+	if b, added := s.Add("b"); !added || b.Key() != "b" || s.Get("b") != b || s.Len() != 2 {
+		t.Fatalf("Add(b) = %q, added %v, Len %d; want a new entry, 2", b.Key(), added, s.Len())
 	}
 }
 
