@@ -305,8 +305,9 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *r
 	if l.r.Closed() {
 		return Result{}, nil, ErrClosed
 	}
-	missed := e == nil // the caller's lookup missed the key (or it made none)
-	for range 3 {      // an entry may be retired under us: look the key up again
+	// The caller's lookup missed the key (or it made none).
+	missed := e == nil
+	for range 3 { // an entry may be retired under us: look the key up again
 		switch {
 		case missed:
 			e, _ = l.keys.Add(key)
