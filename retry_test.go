@@ -77,3 +77,47 @@ func dueIn(t *testing.T, m *miniredis.Miniredis, key string, lim hybrid.Limit) t
 	}
 	return time.Duration(float64(micro-tokens) / float64(rate) * float64(time.Second))
 }
+
+// TestRetryAfterAloneComposite: a lease key that one instance of a fleet
+// of 4 asks alone, through AllowAll (with another key, in one script call)
+// and Allow in turns, is paced as alone: each denial's RetryAfter is within
+// 1 ms of when Redis holds the token. A composite reply is observed as any
+// other, before it sets the key's view (Reconciler.Observe).
+func TestRetryAfterAloneComposite(t *testing.T) {
+	lim := hybrid.Limit{Rate: 100, Burst: 10}
+	inFleet(t, 4, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		settle(time.Second) // the instances count one another
+		l := f.lims[3]
+		ctx := context.Background()
+		var denials int
+		for i := range 300 {
+			if i%3 == 0 {
+				d, err := l.AllowAll(ctx, hybrid.Check{Tier: "a", Key: "k", Limit: lim}, hybrid.Check{Tier: "b", Key: "other", Limit: lim})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					time.Sleep(d.Result().RetryAfter)
+				}
+				continue
+			}
+			res, err := l.Allow(ctx, "k", lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed {
+				continue
+			}
+			denials++
+			due := dueIn(t, f.m, "k", lim)
+			if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
+				t.Errorf("request %d: RetryAfter %v, Redis holds the token in %v: off by %v, more than 1ms", i, res.RetryAfter, due, diff)
+			}
+			time.Sleep(res.RetryAfter)
+		}
+		if denials == 0 {
+			t.Fatal("no denial: the key was not saturated")
+		}
+		t.Logf("%d denials", denials)
+	})
+}

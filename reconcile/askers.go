@@ -21,6 +21,12 @@ func (r *Reconciler) Askers(e *Entry) int64 {
 	return r.Instances()
 }
 
+// Observe is observe for a reply that the owner applies itself (a
+// composite decision's): call it before setting the entry's view from rep.
+func (r *Reconciler) Observe(e *Entry, s *global.Settlement, rep *global.Reply) {
+	r.observe(e, s, rep)
+}
+
 // aloneSlack is how far, in micro-tokens, what a call finds in a bucket may
 // be from what this instance's previous call left there, refilled since,
 // and still be taken for nobody else's doing: the refill of a write in
@@ -36,13 +42,20 @@ const aloneSlack = 2
 // Replies of this instance that cross on the way (a round's and a fetch's)
 // may read once as another's doing: a key is taken for shared after two
 // such replies in a row, and a wrong guess only paces it as for the fleet.
+// Whoever applies a reply calls observe before it sets the entry's view
+// from it (SetView): what the previous reply left is that view.
 func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) {
-	if rep.Duplicate {
-		return // it changed nothing, and says nothing of the others
-	}
 	x := &e.X
 	now := rep.Now.UnixMicro()
 	prev := x.lastNow.Load()
+	if rep.Duplicate {
+		// It changed nothing, and says nothing of the others; what it
+		// found becomes the view all the same, of its time.
+		if now > prev {
+			x.lastNow.Store(now)
+		}
+		return
+	}
 	if now < prev {
 		return // an older call than one whose reply is here already
 	}
@@ -50,7 +63,7 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 	if prev != 0 && !rep.Reset {
 		found := rep.Tokens + rep.Granted + s.Consumed - s.Returned
 		add, _ := limit.Refill(time.Duration(now-prev)*time.Microsecond, s.Limit.Rate, 0)
-		left := x.lastTokens.Load()
+		left := e.View().Tokens // the previous reply's: its view is set after this
 		want := s.Limit.Burst
 		if add < want-left {
 			want = left + add
@@ -61,7 +74,6 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 		}
 	}
 	x.lastNow.Store(now)
-	x.lastTokens.Store(rep.Tokens)
 	f := x.flags.Load()
 	switch {
 	case alone:

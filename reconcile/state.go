@@ -97,10 +97,10 @@ type State struct {
 	// at least, so that a key's concurrent first requests are served by
 	// one fetch more, not one each.
 	demand atomic.Int64
-	// lastNow and lastTokens are this instance's latest reply for the
-	// key: its Redis time in microseconds (0: none yet) and the tokens it
-	// left in the bucket (see observe).
-	lastNow, lastTokens atomic.Int64
+	// lastNow is the Redis time, in microseconds, of this instance's
+	// latest reply for the key (0: none yet); the tokens it left in the
+	// bucket are the entry's view (see observe).
+	lastNow atomic.Int64
 }
 
 // AddDemand adds d micro-tokens to what the requests waiting for a lease
