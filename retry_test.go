@@ -38,10 +38,7 @@ func TestRetryAfterAlone(t *testing.T) {
 							continue
 						}
 						denials++
-						due := dueIn(t, f.m, "k", lim)
-						if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
-							t.Errorf("denial %d: RetryAfter %v, Redis holds the token in %v: off by %v, more than 1ms", denials, res.RetryAfter, due, diff)
-						}
+						retryWithin(t, f, "k", lim, res, fmt.Sprintf("denial %d", denials))
 						time.Sleep(res.RetryAfter)
 						if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
 							t.Errorf("denial %d: Allow after RetryAfter %v = %+v, %v, want allowed", denials, res.RetryAfter, res, err)
@@ -56,6 +53,16 @@ func TestRetryAfterAlone(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// retryWithin checks that res, a denial of key under lim, tells to retry
+// within 1 ms of when the Redis bucket holds a token (dueIn).
+func retryWithin(t *testing.T, f *fleet, key string, lim hybrid.Limit, res hybrid.Result, what string) {
+	t.Helper()
+	due := dueIn(t, f.m, key, lim)
+	if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
+		t.Errorf("%s: RetryAfter %v, Redis holds the token in %v: off by %v, more than 1ms", what, res.RetryAfter, due, diff)
 	}
 }
 
@@ -109,10 +116,7 @@ func TestRetryAfterAloneComposite(t *testing.T) {
 				continue
 			}
 			denials++
-			due := dueIn(t, f.m, "k", lim)
-			if diff := res.RetryAfter - due; diff < -time.Millisecond || diff > time.Millisecond {
-				t.Errorf("request %d: RetryAfter %v, Redis holds the token in %v: off by %v, more than 1ms", i, res.RetryAfter, due, diff)
-			}
+			retryWithin(t, f, "k", lim, res, fmt.Sprintf("request %d", i))
 			time.Sleep(res.RetryAfter)
 		}
 		if denials == 0 {
