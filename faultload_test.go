@@ -347,6 +347,13 @@ func (l *faultLoad) stalled(s span) (time.Duration, bool) {
 // stretch pass, and says so.
 func (l *faultLoad) wantNoFallback(t *testing.T, s span) {
 	t.Helper()
+	l.wantFallbackAtMost(t, s, 0)
+}
+
+// wantFallbackAtMost is wantNoFallback that lets up to most decisions come
+// from the fallback at once, and says so.
+func (l *faultLoad) wantFallbackAtMost(t *testing.T, s span, most int) {
+	t.Helper()
 	var fast, slow int
 	for _, d := range l.all {
 		if d.start.Before(s.from) || !d.start.Before(s.to) || d.src != hybrid.SourceFallback {
@@ -359,6 +366,10 @@ func (l *faultLoad) wantNoFallback(t *testing.T, s span) {
 		}
 	}
 	if fast == 0 {
+		return
+	}
+	if fast <= most {
+		t.Logf("%s: %d decisions by the fallback without waiting for a fetch (%d after it), at most %d let", s.name, fast, slow, most)
 		return
 	}
 	if stall, ok := l.stalled(s); ok {

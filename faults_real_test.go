@@ -315,7 +315,12 @@ func TestFaultProxy(t *testing.T) {
 	for _, s := range stretches {
 		n := load.check(t, s.span)
 		if s.fallback == "none" {
-			load.wantNoFallback(t, s.span)
+			// A connection that the fault left broken fails at its first
+			// use after it with EOF, which is no slow Redis: that request
+			// goes to the fallback at once (seen in about one run of ten
+			// after the latency fault, 1 or 2 decisions of a few hundred;
+			// an outage the breakers missed would be many).
+			load.wantFallbackAtMost(t, s.span, 2)
 			load.wantSteady(t, f, s.span)
 		}
 		if s.fallback == "some" && n == 0 {
