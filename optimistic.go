@@ -130,13 +130,16 @@ func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconci
 // takes to reach Redis (Lead). Either is paced as lease fetches are (see
 // pace).
 func (l *Limiter) settleWait(e *reconcile.Entry, sp *reconcile.Spec, cost int64, v local.View, now time.Duration) time.Duration {
-	// Paced for the whole fleet (an optimistic key's replies cannot tell
-	// whether others spend it: their spending is in no bucket until they
-	// charge it), and within this instance's share of a full bucket, which
-	// is the most its share of what the bucket holds can ever bring.
-	pace := min(l.pace(sp, l.r.Cap(sp), l.r.Instances()), sp.Limit.Burst/(2*l.r.Instances()))
+	// Paced for the instances that ask (one while the replies show that
+	// nobody else charges the key: see reconcile.Reconciler.Askers), and
+	// within their share of a full bucket, which is the most a share of
+	// what the bucket holds can ever bring.
+	n := l.r.Askers(e)
+	pace := min(l.pace(sp, l.r.Cap(sp), n), sp.Limit.Burst/(2*n))
 	unsettled, left := l.r.Unsettled(e), e.Allowance.Load()
-	grant := untilHolds(sp, v, unsettled+l.r.Others(sp)+left+max(cost-left, pace), now)
+	whole := left / local.Micro * local.Micro // a grant replaces the fraction
+	need := max(cost-whole, pace)
+	grant := untilHolds(sp, v, unsettled+l.r.Others(e, sp)+whole+need, now)
 	share := l.r.BudgetWait(sp, v.Tokens-unsettled, left, max(cost, pace)) - v.Age(now)
 	return min(grant, share) - l.r.Lead()
 }

@@ -1,10 +1,12 @@
 package reconcile
 
 import (
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
 )
 
 // Askers returns how many instances of the fleet ask Redis for e's key, as
@@ -60,8 +62,19 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 		return // an older call than one whose reply is here already
 	}
 	alone := false
-	if prev != 0 && !rep.Reset {
-		found := rep.Tokens + rep.Granted + s.Consumed - s.Returned
+	found := rep.Tokens + rep.Granted + s.Consumed - s.Returned
+	switch {
+	case rep.Reset:
+	case prev == 0:
+		// A first reply has no previous one to compare with: a bucket
+		// found full was written by nobody for as long as it took to
+		// refill, and the key is taken for this instance's alone until a
+		// reply says otherwise. (Wrong, it only paces the key as for one
+		// for two replies, and grants an optimistic key what the others
+		// may spend of budgets they hold: a debt within the documented
+		// bound; see Others.)
+		alone = found >= s.Limit.Burst-aloneSlack
+	default:
 		add, _ := limit.Refill(time.Duration(now-prev)*time.Microsecond, s.Limit.Rate, 0)
 		left := e.View().Tokens // the previous reply's: its view is set after this
 		want := s.Limit.Burst
@@ -74,8 +87,24 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 		}
 	}
 	x.lastNow.Store(now)
+	sp := x.Spec()
+	optimistic := sp != nil && sp.Mode == Optimistic
 	f := x.flags.Load()
+	if !alone && optimistic {
+		if f&flagAlone != 0 && x.sinceForeign(now) < r.quiet(sp) {
+			// Two replies that found another's write within a quiet
+			// spell, if not in a row: others spend the key (a storm's
+			// instances charge between some of this one's replies, not
+			// all).
+			f |= flagDoubt
+		}
+		x.markForeign(now)
+	}
 	switch {
+	case alone && f&flagAlone == 0 && optimistic && x.sinceForeign(now) < r.quiet(sp):
+		// Another instance wrote an optimistic key's bucket lately: it
+		// may hold budget it has not spent, which a grant to an
+		// instance alone would take (see Others).
 	case alone:
 		if f&(flagAlone|flagDoubt) != flagAlone {
 			x.flags.Or(flagAlone)
@@ -89,4 +118,48 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 	default:
 		x.flags.And(^(flagAlone | flagDoubt))
 	}
+}
+
+// quiet is how long an optimistic key of sp goes without a reply that finds
+// another instance's write before this instance counts itself alone on it:
+// as long as the others' shares of the refill take to bring them a token
+// each (what they may spend and charge later, unseen until then), two
+// rounds at least and a minute at most. A key that several instances spend
+// at a low rate shows their writes seldom, and is not taken for one
+// instance's between them.
+func (r *Reconciler) quiet(sp *Spec) time.Duration {
+	return min(max(2*r.cfg.SyncInterval, limit.DurationFor(r.live.Load()*local.Micro, sp.Limit.Rate)), time.Minute)
+}
+
+// The upper half of State.flags holds the Redis time of the latest reply
+// that found another instance's write in an optimistic key's bucket, in
+// units of foreignUnit microseconds modulo 2^16 (0: none): about 131 ms,
+// wrapping after 143 minutes, far beyond the longest quiet.
+const (
+	foreignShift = 16
+	foreignUnit  = 1 << 17
+)
+
+// markForeign records that a reply of Redis time now (microseconds) found
+// another instance's write.
+func (s *State) markForeign(now int64) {
+	t := max(uint32(now/foreignUnit)&0xFFFF, 1)
+	for {
+		old := s.flags.Load()
+		if s.flags.CompareAndSwap(old, old&(1<<foreignShift-1)|t<<foreignShift) {
+			return
+		}
+	}
+}
+
+// sinceForeign returns how long before now (Redis time, microseconds) the
+// latest reply that found another instance's write came, rounded down to
+// foreignUnit, or the longest Duration if none did.
+func (s *State) sinceForeign(now int64) time.Duration {
+	t := s.flags.Load() >> foreignShift
+	if t == 0 {
+		return math.MaxInt64
+	}
+	d := (uint32(now/foreignUnit) - t) & 0xFFFF
+	return time.Duration(d) * foreignUnit * time.Microsecond
 }

@@ -100,14 +100,17 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		if bal := e.Allowance.Load(); !first && bal < cost && r.live.Load() > 1 {
 			// A lone instance's share is the whole bucket: it needs no
 			// grant. Grants are whole tokens; a budget's share may hold a
-			// fraction of one. The grant takes only what the bucket holds
-			// beyond the other instances' spending not charged yet (see
-			// Others) and beyond the budget left here (a budget is part of
-			// the bucket), as far as the last view tells.
+			// fraction of one, which a grant replaces (see apply): the
+			// bucket still holds it, since shares take nothing out of it.
+			// The grant takes only what the bucket holds beyond the other
+			// instances' spending not charged yet (see Others) and beyond
+			// the whole tokens of budget left here (a budget is part of the
+			// bucket), as far as the last view tells.
 			v := e.View()
-			spare := v.Tokens + r.Refill(sp, v.Age(r.clock.Now())) - r.Others(sp) - s.Consumed + s.Returned - bal
-			s.MinGrant = (cost - bal + local.Micro - 1) / local.Micro * local.Micro
-			if want := min(r.Cap(sp)-bal, spare) / local.Micro * local.Micro; want >= s.MinGrant {
+			whole := bal / local.Micro * local.Micro
+			s.MinGrant = (cost - whole + local.Micro - 1) / local.Micro * local.Micro
+			spare := v.Tokens + r.Refill(sp, v.Age(r.clock.Now())) - r.Others(e, sp) - s.Consumed + s.Returned - whole
+			if want := min(r.Cap(sp)-whole, spare) / local.Micro * local.Micro; want >= s.MinGrant {
 				s.Want = want
 			} else {
 				s.MinGrant = 0

@@ -94,7 +94,11 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 			if !e.X.prepaid.Add(rep.Granted) {
 				r.addOrphan(s.Key, sp, 0, rep.Granted) // the entry left meanwhile
 			} else {
-				e.Allowance.Add(rep.Granted) // if the entry left, handOff gives prepaid back
+				// The grant replaces the budget's fraction of a token, if
+				// any: the bucket holds it, and the grant was sized without
+				// it (see fetch). If the entry left, handOff gives prepaid
+				// back.
+				e.Allowance.Update(func(old int64) int64 { return old - old%local.Micro + rep.Granted })
 			}
 			break
 		}

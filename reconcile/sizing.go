@@ -97,9 +97,21 @@ func (r *Reconciler) Lead() time.Duration {
 // little of the next one.
 const maxLead = 250 * time.Microsecond
 
-// Others returns what the other instances of the fleet may have spent of a
-// key of sp and not yet charged, at most: a budget cap each. An optimistic
-// grant takes only what the bucket holds beyond it, since the bucket does
-// not hold those charges yet: a grant of the tokens they spent would count
-// them twice.
-func (r *Reconciler) Others(sp *Spec) int64 { return (r.live.Load() - 1) * r.Cap(sp) }
+// Others returns what the other instances of the fleet may have spent of
+// e's key (of sp) and not yet charged, as this instance counts them: a
+// budget cap each, or none while its replies show that nobody else writes
+// the key's bucket (see Askers). An optimistic grant takes only what the
+// bucket holds beyond it, since the bucket does not hold those charges yet:
+// a grant of the tokens they spent would count them twice.
+//
+// An instance alone on a key takes the whole bucket: with a burst below the
+// others' caps, no grant could come otherwise, and it would get its share
+// of the refill alone, R/N. What the others could still spend without
+// charging (a budget they kept, a first request admitted on trust) may
+// overlap with such a grant: a debt the bucket repays, within the bound
+// that shares already have (docs/accuracy.md). Their next charge, seen in
+// the replies, ends the instance's being alone, for a quiet spell at least
+// (see quiet).
+func (r *Reconciler) Others(e *Entry, sp *Spec) int64 {
+	return (r.Askers(e) - 1) * r.Cap(sp)
+}

@@ -86,7 +86,7 @@ type Entry = local.Entry[State]
 type State struct {
 	spec   atomic.Pointer[Spec]
 	target atomic.Uint32 // lease: whole tokens of allowance to keep; 0 until first sized
-	flags  atomic.Uint32
+	flags  atomic.Uint32 // the flags below; the upper half, see markForeign
 	// prepaid holds, for an optimistic key, the micro-tokens Redis granted
 	// to its budget out of the bucket (see charge): spending them is
 	// recorded as consumption like any other, so the next settlement
