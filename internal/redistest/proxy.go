@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -23,7 +24,8 @@ const proxyQueue = 256
 // its target. At run time it can delay the bytes in either direction, drop
 // every connection, black-hole the traffic (keep the sockets open and
 // forward nothing: half-open connections as a network partition leaves
-// them) and refuse new connections.
+// them), refuse new connections, and close the connection of chosen
+// requests (CutOn).
 //
 // Create one with StartProxy (or ProxyTo in a test) and stop it with Close.
 // Its methods are safe for concurrent use. It owns one goroutine to accept
@@ -35,6 +37,8 @@ type Proxy struct {
 	toServer, toClient atomic.Int64 // latency in ns
 	blackhole          atomic.Bool
 	accepted           atomic.Int64
+
+	cut atomic.Pointer[cut] // see CutOn; nil: none
 
 	ctl sync.Mutex // serializes SetRefuse, SetBlackhole and Close
 
@@ -56,6 +60,13 @@ type pipe struct {
 	mu     sync.Mutex // protects server and closed
 	server net.Conn   // nil until dialled, and for a black-holed connection
 	closed bool
+}
+
+// cut is what CutOn set: the connections to close, before they forward it,
+// of the next n client chunks that hold match.
+type cut struct {
+	match []byte
+	n     atomic.Int64
 }
 
 // chunk is bytes read from one side, due on the other side at due.
@@ -123,6 +134,30 @@ func (p *Proxy) DropAll() {
 	for _, c := range all {
 		c.close()
 	}
+}
+
+// CutOn closes the connection of each of the next n requests that a client
+// sends holding match, both its sides, before the request reaches the
+// server: the client reads EOF where it waits for the reply, as from a
+// pooled connection that a server or a middlebox closed, and the server
+// never sees the request. A request is what one read from the client
+// brings (a command or a pipeline, as small ones arrive whole on loopback).
+// A later call replaces the earlier one; n = 0 ends it.
+func (p *Proxy) CutOn(match []byte, n int) {
+	if n <= 0 {
+		p.cut.Store(nil)
+		return
+	}
+	c := &cut{match: slices.Clone(match)}
+	c.n.Store(int64(n))
+	p.cut.Store(c)
+}
+
+// cuts reports whether the client chunk b is one that CutOn closes the
+// connection of, counting it if so.
+func (p *Proxy) cuts(b []byte) bool {
+	c := p.cut.Load()
+	return c != nil && bytes.Contains(b, c.match) && c.n.Add(-1) >= 0
 }
 
 // SetBlackhole with on makes the proxy a black hole: it keeps every open
@@ -269,8 +304,8 @@ func (c *pipe) run() {
 	down := make(chan chunk, proxyQueue)
 	c.p.wg.Go(func() { c.write(server, up) })
 	c.p.wg.Go(func() { c.write(c.client, down) })
-	c.p.wg.Go(func() { c.read(server, down, &c.p.toClient) })
-	c.read(c.client, up, &c.p.toServer)
+	c.p.wg.Go(func() { c.read(server, down, &c.p.toClient, false) })
+	c.read(c.client, up, &c.p.toServer, true)
 }
 
 // drain reads from the client and drops it until the connection closes.
@@ -285,12 +320,16 @@ func (c *pipe) drain() {
 
 // read reads src into chunks for out, each due after the latency at the
 // time it was read, until src fails or the connection closes. A held
-// connection's bytes are dropped.
-func (c *pipe) read(src net.Conn, out chan<- chunk, latency *atomic.Int64) {
+// connection's bytes are dropped; a client's chunk that CutOn names closes
+// the connection.
+func (c *pipe) read(src net.Conn, out chan<- chunk, latency *atomic.Int64, client bool) {
 	defer c.close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && client && c.p.cuts(buf[:n]) {
+			return
+		}
 		if n > 0 && !c.held.Load() {
 			ck := chunk{b: slices.Clone(buf[:n]), due: time.Now().Add(time.Duration(latency.Load()))}
 			select {

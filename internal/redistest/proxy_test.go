@@ -284,6 +284,36 @@ func TestProxyDropAll(t *testing.T) {
 	}
 }
 
+// TestProxyCutOn: the connection of a request that holds CutOn's match is
+// closed before the request reaches the server, for as many requests as
+// it says; other requests, and later ones, go through.
+func TestProxyCutOn(t *testing.T) {
+	e := newEcho(t)
+	p := redistest.ProxyTo(t, e.ln.Addr().String())
+	a, b := dial(t, p.Addr()), dial(t, p.Addr())
+	for _, c := range []net.Conn{a, b} {
+		if _, err := roundTrip(c, "x", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	received := e.received.Load()
+	p.CutOn([]byte("cut-me"), 1)
+	if _, err := roundTrip(b, "pass", time.Second); err != nil {
+		t.Errorf("a request without the match: %v, want it forwarded", err)
+	}
+	received += int64(len("pass"))
+	if _, err := io.WriteString(a, "please cut-me now"); err != nil {
+		t.Fatal(err)
+	}
+	wantClosed(t, a, time.Second, "the connection of the matching request")
+	if got := e.received.Load(); got != received {
+		t.Errorf("the server received %d bytes, want %d: the cut request reached it", got, received)
+	}
+	if _, err := roundTrip(b, "cut-me again", time.Second); err != nil {
+		t.Errorf("a second matching request, after the one CutOn named: %v, want it forwarded", err)
+	}
+}
+
 func TestProxyBlackhole(t *testing.T) {
 	e := newEcho(t)
 	p := redistest.ProxyTo(t, e.ln.Addr().String())
