@@ -316,10 +316,12 @@ func TestFaultProxy(t *testing.T) {
 		n := load.check(t, s.span)
 		if s.fallback == "none" {
 			// A connection that the fault left broken fails at its first
-			// use after it with EOF, which is no slow Redis: that request
-			// goes to the fallback at once (seen in about one run of ten
-			// after the latency fault, 1 or 2 decisions of a few hundred;
-			// an outage the breakers missed would be many).
+			// use after it with EOF: its call is sent again on another
+			// (reconcile.Reconciler.SettleNow), and a second broken one in
+			// a row sends that request to the fallback (before the call
+			// was sent again, 1 or 2 decisions of a few hundred in about
+			// one run of ten after the latency fault; an outage the
+			// breakers missed would be many).
 			load.wantFallbackAtMost(t, s.span, 2)
 			load.wantSteady(t, f, s.span)
 		}

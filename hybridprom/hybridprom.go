@@ -83,7 +83,7 @@ type descs struct {
 
 	rounds, roundErrors, roundTrip, roundTripMax         *prometheus.Desc
 	keysSettled, keyErrors, uncertain, resets            *prometheus.Desc
-	duplicates, doubtsExpired                            *prometheus.Desc
+	duplicates, doubtsExpired, resent                    *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
@@ -129,6 +129,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		keyErrors:        desc("settle_key_errors_total", "Key settlements that failed; what they carried was kept for a later round."),
 		uncertain:        desc("uncertain_settlements_total", "Settlements that got no reply, so may have been applied: each is sent again until a reply tells."),
 		duplicates:       desc("duplicate_settlements_total", "Settlements sent again that Redis had applied already: charges not made twice."),
+		resent:           desc("resent_calls_total", "Calls for a request sent again because their connection broke under them."),
 		doubtsExpired:    desc("expired_doubts_total", "Settlements still in doubt after 5 minutes, given up: consumption charged anew, give-back dropped."),
 		resets:           desc("bucket_resets_total", "Buckets Redis held unreadable (another type, garbled fields), replaced by full ones."),
 		fetches:          desc("fetches_total", "Round trips made for requests that waited (shared by concurrent requests for a key)."),
@@ -171,7 +172,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{
 		d.decisions, d.fetchWaits, d.unanswered, d.refunds, d.exactErrors, d.fallbackConsumed,
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
-		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired,
+		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.recharged,
 		d.transitions, d.breakerState, d.nodeState, d.degraded,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
@@ -230,6 +231,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.keyErrors, r.KeyErrors)
 	counter(d.uncertain, r.Uncertain)
 	counter(d.duplicates, r.Duplicates)
+	counter(d.resent, r.Resent)
 	counter(d.doubtsExpired, r.DoubtsExpired)
 	counter(d.resets, r.Resets+s.ExactResets)
 	counter(d.fetches, r.Fetches)

@@ -2,8 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"io"
 	"runtime"
 	"sync"
+	"syscall"
 
 	"github.com/hybridlimit/hybrid/global"
 )
@@ -74,7 +77,35 @@ type waiter struct {
 // trip, no reply came, the Reconciler is closed). It waits no longer than
 // ctx: a caller that gives up leaves the settlement in its batch, applied or
 // not, and gets ctx's error; one whose ctx is done already sends nothing.
+//
+// A call whose connection broke under it (EOF, a reset: a pooled connection
+// that the server or a middlebox closed while it was idle) is sent once
+// more, on another connection, before its error is returned: one broken
+// connection says nothing of Redis, and its callers would otherwise be
+// decided by the fallback policy on a Redis that is up. A Redis that went
+// down fails the second call too (a refused connection). Sent again, a
+// numbered settlement is applied once; one that is not (a decision, a fetch
+// for its requests alone) may be applied twice if the first reached Redis,
+// which takes twice, towards denying.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+	rep, err := r.settleNow(ctx, s)
+	if broken(err) || err == nil && broken(rep.Err) {
+		r.stats.resent.Add(1)
+		rep, err = r.settleNow(ctx, s)
+	}
+	return rep, err
+}
+
+// broken reports whether err says that the connection of a call broke
+// (the peer closed or reset it), rather than that Redis refused or failed
+// the call or did not answer in time.
+func broken(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// settleNow is SettleNow's one call.
+func (r *Reconciler) settleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
 	if r.Closed() {
 		return global.Reply{}, ErrClosed
 	}

@@ -17,6 +17,7 @@ type counters struct {
 	transitions, evicted   atomic.Uint64
 	evictedPending         atomic.Uint64
 	uncertain              atomic.Uint64
+	resent                 atomic.Uint64
 	duplicates             atomic.Uint64
 	inFlight               atomic.Int64
 	doubtsExpired          atomic.Uint64
@@ -52,6 +53,7 @@ type Stats struct {
 	Evicted         uint64        // entries that left the store
 	EvictedPending  uint64        // entries that left the store with consumption to charge or a lease to give back: they became orphans
 	Uncertain       uint64        // settlements (and fetches asking for a grant) that got no reply, so may have been applied: each is sent again until a reply tells
+	Resent          uint64        // calls for a request sent again because their connection broke under them (see SettleNow)
 	Duplicates      uint64        // settlements sent again that Redis had applied already: each a charge not made twice
 	DoubtsExpired   uint64        // settlements in doubt for 5 minutes, given up: consumption charged anew, give-back dropped
 	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
@@ -122,6 +124,7 @@ func (r *Reconciler) Stats() Stats {
 		Evicted:         r.stats.evicted.Load(),
 		EvictedPending:  r.stats.evictedPending.Load(),
 		Uncertain:       r.stats.uncertain.Load(),
+		Resent:          r.stats.resent.Load(),
 		Duplicates:      r.stats.duplicates.Load(),
 		DoubtsExpired:   r.stats.doubtsExpired.Load(),
 		Resets:          r.stats.resets.Load(),
