@@ -17,26 +17,12 @@ import (
 // the fleet.
 func TestAskers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore() // a bucket that never refills: a limit of one micro-token a second refills none in 1 ms
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
-		defer r.Close(context.Background())
-		e := entry(r, "k", spec(t, 1e-6, 1000, reconcile.Lease))
-		fetch := func() {
-			t.Helper()
-			time.Sleep(time.Millisecond)
-			if err := r.Fetch(context.Background(), e, M); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want := func(n int64, why string) {
-			t.Helper()
-			if got := r.Askers(e); got != n {
-				t.Fatalf("Askers = %d %s, want %d", got, why, n)
-			}
-		}
+		p := newAskersProbe(t, "k", reconcile.Lease)
+		defer p.r.Close(context.Background())
+		fetch := func() { p.fetch(time.Millisecond) }
+		want, other, st, r := p.want, p.other, p.st, p.r
 		fetch()
 		want(1, "after a first reply that found the bucket full")
-		other := func() { st.set(func(s *store) { s.tokens["k"] -= M }) }
 		other()
 		fetch()
 		other()
@@ -81,29 +67,9 @@ func TestAskers(t *testing.T) {
 // longest, a minute.
 func TestAskersOptimistic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore() // no refill: fetch adds what the limit refills
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
-		defer r.Close(context.Background())
-		e := entry(r, "o", spec(t, 1e-6, 1000, reconcile.Optimistic))
-		fetch := func(d time.Duration) {
-			t.Helper()
-			time.Sleep(d)
-			st.set(func(s *store) {
-				if tk, ok := s.tokens["o"]; ok {
-					s.tokens["o"] = min(tk+int64(d/time.Second), 1000*M)
-				}
-			})
-			if err := r.Fetch(context.Background(), e, M); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want := func(n int64, why string) {
-			t.Helper()
-			if got := r.Askers(e); got != n {
-				t.Fatalf("Askers = %d %s, want %d", got, why, n)
-			}
-		}
-		other := func() { st.set(func(s *store) { s.tokens["o"] -= M }) }
+		p := newAskersProbe(t, "o", reconcile.Optimistic)
+		defer p.r.Close(context.Background())
+		fetch, want, other := p.fetch, p.want, p.other
 		fetch(time.Millisecond)
 		want(1, "after a first reply that found the bucket full")
 		other()
@@ -126,4 +92,46 @@ func TestAskersOptimistic(t *testing.T) {
 		fetch(time.Millisecond)
 		want(4, "after two replies that found another's take within a minute, not in a row")
 	})
+}
+
+// askersProbe is one key of a fleet of 4 whose limit, a micro-token a
+// second, the test store (which refills nothing) is refilled by hand: a
+// fetch after a sleep finds what that refill brings and no more.
+type askersProbe struct {
+	t   *testing.T
+	st  *store
+	r   *reconcile.Reconciler
+	e   *reconcile.Entry
+	key string
+}
+
+func newAskersProbe(t *testing.T, key string, mode reconcile.Mode) *askersProbe {
+	st := newStore()
+	r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
+	return &askersProbe{t: t, st: st, r: r, e: entry(r, key, spec(t, 1e-6, 1000, mode)), key: key}
+}
+
+// fetch sleeps d, refills the bucket for d, and fetches the key.
+func (p *askersProbe) fetch(d time.Duration) {
+	p.t.Helper()
+	time.Sleep(d)
+	p.st.set(func(s *store) {
+		if tk, ok := s.tokens[p.key]; ok {
+			s.tokens[p.key] = min(tk+int64(d/time.Second), 1000*M)
+		}
+	})
+	if err := p.r.Fetch(context.Background(), p.e, M); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// other takes a token out of the bucket, as another instance would.
+func (p *askersProbe) other() { p.st.set(func(s *store) { s.tokens[p.key] -= M }) }
+
+// want checks that Askers counts n for the key.
+func (p *askersProbe) want(n int64, why string) {
+	p.t.Helper()
+	if got := p.r.Askers(p.e); got != n {
+		p.t.Fatalf("Askers = %d %s, want %d", got, why, n)
+	}
 }

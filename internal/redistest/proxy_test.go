@@ -262,15 +262,22 @@ func TestProxyLatency(t *testing.T) {
 	}
 }
 
-func TestProxyDropAll(t *testing.T) {
-	e := newEcho(t)
-	p := redistest.ProxyTo(t, e.ln.Addr().String())
-	a, b := dial(t, p.Addr()), dial(t, p.Addr())
+// twoConns dials p twice and makes a round trip on each connection.
+func twoConns(t *testing.T, p *redistest.Proxy) (a, b net.Conn) {
+	t.Helper()
+	a, b = dial(t, p.Addr()), dial(t, p.Addr())
 	for _, c := range []net.Conn{a, b} {
 		if _, err := roundTrip(c, "x", time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return a, b
+}
+
+func TestProxyDropAll(t *testing.T) {
+	e := newEcho(t)
+	p := redistest.ProxyTo(t, e.ln.Addr().String())
+	a, b := twoConns(t, p)
 	p.DropAll()
 	if n := p.Conns(); n != 0 {
 		t.Errorf("Conns() after DropAll = %d, want 0", n)
@@ -290,12 +297,7 @@ func TestProxyDropAll(t *testing.T) {
 func TestProxyCutOn(t *testing.T) {
 	e := newEcho(t)
 	p := redistest.ProxyTo(t, e.ln.Addr().String())
-	a, b := dial(t, p.Addr()), dial(t, p.Addr())
-	for _, c := range []net.Conn{a, b} {
-		if _, err := roundTrip(c, "x", time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := twoConns(t, p)
 	received := e.received.Load()
 	p.CutOn([]byte("cut-me"), 1)
 	if _, err := roundTrip(b, "pass", time.Second); err != nil {
