@@ -89,11 +89,29 @@ type waiter struct {
 // which takes twice, towards denying.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
 	rep, err := r.settleNow(ctx, s)
-	if broken(err) || err == nil && broken(rep.Err) {
-		r.stats.resent.Add(1)
-		rep, err = r.settleNow(ctx, s)
+	first := callErr(rep, err)
+	if !broken(first) {
+		return rep, err
+	}
+	r.stats.resent.Add(1)
+	rep, err = r.settleNow(ctx, s)
+	if again := callErr(rep, err); again != nil && !mayBeApplied(again) {
+		// The second surely was not applied (refused by the breaker or
+		// the network), but the first may have been: its error stands, so
+		// that a numbered settlement stays in doubt rather than have its
+		// give-back made twice.
+		return rep, first
 	}
 	return rep, err
+}
+
+// callErr returns the error of a call that returned rep and err: err, else
+// the reply's own.
+func callErr(rep global.Reply, err error) error {
+	if err != nil {
+		return err
+	}
+	return rep.Err
 }
 
 // broken reports whether err says that the connection of a call broke

@@ -2,10 +2,14 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -155,4 +159,82 @@ func TestBatchWave(t *testing.T) {
 			t.Errorf("Settle calls of %v settlements (the last %d: %.1f a call), want about %d a call", sizes, len(tail), mean, callers)
 		}
 	})
+}
+
+// TestSettleNowBroken: a call whose connection broke under it (EOF) is sent
+// again once, and the second call's reply is the answer. If the second fails
+// too, its error is returned, unless it says the call surely was not applied
+// (a refused connection) while the first may have been: then the first's
+// stands, so that a numbered settlement stays in doubt.
+func TestSettleNowBroken(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, c := range []struct {
+		name   string
+		errs   []error // what the store's calls fail with, in turn (nil: answered)
+		want   error   // what SettleNow returns
+		calls  int
+		resent uint64
+	}{
+		{"answered", []error{nil}, nil, 1, 0},
+		{"EOF, then answered", []error{io.EOF, nil}, nil, 2, 1},
+		{"reset, then answered", []error{syscall.ECONNRESET, nil}, nil, 2, 1},
+		{"EOF twice", []error{io.EOF, io.ErrUnexpectedEOF}, io.ErrUnexpectedEOF, 2, 1},
+		{"EOF, then refused", []error{io.EOF, refused}, io.EOF, 2, 1},
+		{"refused", []error{refused}, refused, 1, 0},
+		{"a timeout", []error{context.DeadlineExceeded}, context.DeadlineExceeded, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := &failing{store: newStore(), errs: c.errs}
+				r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 1})
+				defer r.Close(context.Background())
+				s := global.Settlement{Key: "k", Limit: spec(t, 10, 10, reconcile.Exact).Limit, Want: M, MinGrant: M, Quantum: M}
+				rep, err := r.SettleNow(context.Background(), s)
+				if err == nil {
+					err = rep.Err
+				}
+				if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+					t.Errorf("SettleNow: %v, want %v", err, c.want)
+				}
+				if c.want == nil && rep.Granted != M {
+					t.Errorf("granted %d, want %d", rep.Granted, M)
+				}
+				if got := st.calls(); got != c.calls {
+					t.Errorf("%d calls, want %d", got, c.calls)
+				}
+				if got := r.Stats().Resent; got != c.resent {
+					t.Errorf("Resent = %d, want %d", got, c.resent)
+				}
+			})
+		})
+	}
+}
+
+// failing is a store whose Settle calls fail with errs in turn (a nil
+// answers), then answer.
+type failing struct {
+	*store
+	mu   sync.Mutex
+	errs []error
+	n    int
+}
+
+func (f *failing) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
+	f.mu.Lock()
+	f.n++
+	var err error
+	if len(f.errs) > 0 {
+		err, f.errs = f.errs[0], f.errs[1:]
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.store.Settle(ctx, batch, replies)
+}
+
+func (f *failing) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
 }
