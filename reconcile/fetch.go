@@ -208,10 +208,7 @@ func (r *Reconciler) fetchDoubt(d doubt) {
 // nothing), so a failure has nothing to put back.
 func (r *Reconciler) settleOne(sp *Spec, s global.Settlement) (global.Reply, error) {
 	rep, err := r.SettleNow(context.Background(), s)
-	if err == nil {
-		err = rep.Err
-	}
-	if err != nil {
+	if err = callErr(rep, err); err != nil {
 		r.stats.fetchErrors.Add(1)
 		r.stats.keyErrors.Add(1)
 		return rep, err
