@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"text/tabwriter"
+	"time"
 )
 
 // The long tail (Scenario.Passes): many keys, each asked a few times, as
@@ -70,6 +71,12 @@ type LongTailReport struct {
 	// CommandsPerDecision is them per decision.
 	Commands            int64   `json:"commands"`
 	CommandsPerDecision float64 `json:"commands_per_decision"`
+	// ProcessCPUPerDecision is the CPU time, user and system, in
+	// microseconds, that the processes running the fleet used over the
+	// same span, per decision: the client's side of what a decision costs
+	// (the bench's own workers included), as Redis.CPUPerDecision is the
+	// server's. 0 if not measured.
+	ProcessCPUPerDecision float64 `json:"process_cpu_usec_per_decision,omitempty"`
 
 	// Redis is what the run cost Redis, as the server counts it; nil if
 	// not measured: on miniredis or a Redis Cluster, or if reading the
@@ -80,11 +87,13 @@ type LongTailReport struct {
 	// Base is the mode that the ratios compare with (see Compare), ""
 	// if none. DecisionsVsBase is DecisionsPerSec over the base's;
 	// ScriptUsecVsBase and CPUVsBase are Redis.ScriptUsecPerDecision and
-	// Redis.CPUPerDecision over the base's (0: not measured).
+	// Redis.CPUPerDecision over the base's, ProcessCPUVsBase is
+	// ProcessCPUPerDecision over the base's (0: not measured).
 	Base             string  `json:"base,omitempty"`
 	DecisionsVsBase  float64 `json:"decisions_per_s_vs_base,omitempty"`
 	ScriptUsecVsBase float64 `json:"script_usec_per_decision_vs_base,omitempty"`
 	CPUVsBase        float64 `json:"cpu_usec_per_decision_vs_base,omitempty"`
+	ProcessCPUVsBase float64 `json:"process_cpu_usec_per_decision_vs_base,omitempty"`
 }
 
 // longTail sets rep.LongTail, in a long tail, from what the instances
@@ -115,27 +124,46 @@ func (r *run) tailCommands(rep *Report, cmds int64) {
 	}
 }
 
-// ratios returns r's figures over base's: decisions per second, script
-// time per decision and Redis CPU per decision; a ratio is 0 where either
-// figure is missing.
-func ratios(r, base Report) (dec, script, cpu float64) {
-	if base.DecisionsPerSec > 0 {
-		dec = r.DecisionsPerSec / base.DecisionsPerSec
+// tailCPU sets the CPU time a decision of the processes running the
+// fleet, in a long tail: cpu is what they used from the first ask until
+// their limiters had closed.
+func tailCPU(rep *Report, cpu time.Duration) {
+	if lt := rep.LongTail; lt != nil && cpu > 0 && rep.Decisions > 0 {
+		lt.ProcessCPUPerDecision = float64(cpu.Nanoseconds()) / 1e3 / float64(rep.Decisions)
 	}
+}
+
+// tailRatios is a long-tail report's figures over the base's: a ratio is
+// 0 where either figure is missing.
+type tailRatios struct {
+	dec    float64 // decisions per second
+	script float64 // Redis's script time per decision
+	cpu    float64 // redis-server's CPU time per decision
+	proc   float64 // the fleet's processes' CPU time per decision
+}
+
+// ratio returns a / b, or 0 if either is missing (0).
+func ratio(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// ratios returns r's figures over base's.
+func ratios(r, base Report) tailRatios {
+	q := tailRatios{dec: ratio(r.DecisionsPerSec, base.DecisionsPerSec)}
 	if r.LongTail == nil || base.LongTail == nil {
-		return dec, 0, 0
+		return q
 	}
+	q.proc = ratio(r.LongTail.ProcessCPUPerDecision, base.LongTail.ProcessCPUPerDecision)
 	a, b := r.LongTail.Redis, base.LongTail.Redis
 	if a == nil || b == nil {
-		return dec, 0, 0
+		return q
 	}
-	if b.ScriptUsecPerDecision > 0 {
-		script = a.ScriptUsecPerDecision / b.ScriptUsecPerDecision
-	}
-	if b.CPUPerDecision > 0 {
-		cpu = a.CPUPerDecision / b.CPUPerDecision
-	}
-	return dec, script, cpu
+	q.script = ratio(a.ScriptUsecPerDecision, b.ScriptUsecPerDecision)
+	q.cpu = ratio(a.CPUPerDecision, b.CPUPerDecision)
+	return q
 }
 
 // findMode returns the first report of mode among reports.
@@ -150,7 +178,8 @@ func findMode(reports []Report, mode string) (Report, bool) {
 
 // Compare sets, in each long-tail report of reports, the ratios of its
 // figures to those of the report of mode base (such as RedisRate):
-// LongTailReport.Base, DecisionsVsBase, ScriptUsecVsBase and CPUVsBase. It
+// LongTailReport.Base, DecisionsVsBase, ScriptUsecVsBase, CPUVsBase and
+// ProcessCPUVsBase. It
 // does nothing if no report is of mode base.
 func Compare(reports []Report, base string) {
 	b, ok := findMode(reports, base)
@@ -159,14 +188,15 @@ func Compare(reports []Report, base string) {
 	}
 	for _, r := range reports {
 		if lt := r.LongTail; lt != nil {
+			q := ratios(r, b)
 			lt.Base = base
-			lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase = ratios(r, b)
+			lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase, lt.ProcessCPUVsBase = q.dec, q.script, q.cpu, q.proc
 		}
 	}
 }
 
 // longTailHeader names WriteLongTail's columns.
-const longTailHeader = "mode\tdec/s\tasks\tp50\tp99\tadmitted\tcmd/dec\tscript/dec\tredis cmd/dec\tscript µs/dec\tcmd µs/dec\tcpu µs/dec\tredis keys\tmem/key\tdec/s vs rr\tscript µs vs rr\tcpu vs rr\tfallback\terrors"
+const longTailHeader = "mode\tdec/s\tasks\tp50\tp99\tadmitted\tcmd/dec\tscript/dec\tredis cmd/dec\tscript µs/dec\tcmd µs/dec\tcpu µs/dec\tproc µs/dec\tredis keys\tmem/key\tdec/s vs rr\tscript µs vs rr\tcpu vs rr\tproc vs rr\tfallback\terrors"
 
 // WriteLongTail writes long-tail reports (Scenario.Passes) as a table, one
 // aligned row per report under a header line:
@@ -184,10 +214,14 @@ const longTailHeader = "mode\tdec/s\tasks\tp50\tp99\tadmitted\tcmd/dec\tscript/d
 //     in all the commands sent, per decision (a script's time includes the
 //     commands it called); cpu µs/dec: the CPU time of the redis-server
 //     process per decision, reading requests and writing replies included;
+//   - proc µs/dec: the CPU time of the processes running the fleet per
+//     decision (LongTailReport.ProcessCPUPerDecision): on one machine,
+//     what bounds the decisions a second is this and cpu µs/dec together;
 //   - redis keys: the keys the run left in Redis; mem/key: the growth of
 //     Redis's used_memory per such key;
-//   - dec/s vs rr, script µs vs rr, cpu vs rr: dec/s, script µs/dec and cpu
-//     µs/dec as ratios to those of the redis_rate report, if there is one;
+//   - dec/s vs rr, script µs vs rr, cpu vs rr, proc vs rr: dec/s, script
+//     µs/dec, cpu µs/dec and proc µs/dec as ratios to those of the
+//     redis_rate report, if there is one;
 //   - fallback: decisions made by the fallback policy; errors: failed
 //     decisions.
 //
@@ -198,8 +232,11 @@ func WriteLongTail(w io.Writer, reports []Report) error {
 	fmt.Fprintln(tw, longTailHeader+"\t")
 	base, haveBase := findMode(reports, RedisRate)
 	for _, r := range reports {
-		asks, cmds, red := "-", "-", (*RedisReport)(nil)
+		asks, cmds, proc, red := "-", "-", "-", (*RedisReport)(nil)
 		if lt := r.LongTail; lt != nil {
+			if lt.ProcessCPUPerDecision > 0 {
+				proc = fmt.Sprintf("%.2f", lt.ProcessCPUPerDecision)
+			}
 			asks = fmt.Sprint(lt.Issued)
 			if !lt.Complete {
 				asks += fmt.Sprintf("/%d", lt.Asks)
@@ -217,18 +254,18 @@ func WriteLongTail(w io.Writer, reports []Report) error {
 			if red.Keys > 0 {
 				mem = fmt.Sprintf("%.0f B", red.MemPerKey)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%s\t",
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%d\t%s\t",
 				fmtPerDecision(red.ScriptsPerDecision), fmtPerDecision(red.CallsPerDecision),
-				red.ScriptUsecPerDecision, red.SentUsecPerDecision, red.CPUPerDecision, red.Keys, mem)
+				red.ScriptUsecPerDecision, red.SentUsecPerDecision, red.CPUPerDecision, proc, red.Keys, mem)
 		} else {
-			fmt.Fprint(tw, "-\t-\t-\t-\t-\t-\t-\t")
+			fmt.Fprintf(tw, "-\t-\t-\t-\t-\t%s\t-\t-\t", proc)
 		}
-		dec, script, cpu := "-", "-", "-"
+		var q tailRatios
 		if haveBase {
-			d, s, c := ratios(r, base)
-			dec, script, cpu = fmtRatio(d), fmtRatio(s), fmtRatio(c)
+			q = ratios(r, base)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t\n", dec, script, cpu, r.Fallback, r.Errors)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t\n",
+			fmtRatio(q.dec), fmtRatio(q.script), fmtRatio(q.cpu), fmtRatio(q.proc), r.Fallback, r.Errors)
 	}
 	return tw.Flush()
 }

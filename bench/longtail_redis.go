@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,8 @@ type tailState struct {
 	err                error            // reading them failed
 	sent               map[string]int64 // the commands the fleet sent, by name
 	cmdsBefore         int64            // the commands it sent before the first ask
+	cpu0               time.Duration    // this process's CPU time before the first ask
+	cpuOK              bool             // cpu0 was read
 }
 
 // redisEmpty, in a long tail on a single Redis, reads the server's memory,
@@ -36,6 +39,27 @@ func (r *run) redisBefore(ctx context.Context) {
 	if r.tail.empty != nil && r.tail.err == nil {
 		r.tail.reset, r.tail.err = r.t.redisRead(ctx, readReset)
 	}
+}
+
+// cpuStart reads this process's CPU time just before the first ask of a
+// long tail: cpuSince tells what it used from then on.
+func (r *run) cpuStart() {
+	if r.sc.Passes > 0 {
+		r.tail.cpu0, r.tail.cpuOK = processCPU()
+	}
+}
+
+// cpuSince returns the CPU time this process used since cpuStart; 0 if
+// either reading failed or there was none.
+func (r *run) cpuSince() time.Duration {
+	if !r.tail.cpuOK {
+		return 0
+	}
+	cpu, ok := processCPU()
+	if !ok {
+		return 0
+	}
+	return cpu - r.tail.cpu0
 }
 
 // redisLast reads the server's figures just after the last answer, before

@@ -115,6 +115,9 @@ func checkTail(t *testing.T, sc Scenario, rep Report) {
 	if lt.KeysExact != sc.Keys || lt.Passes != sc.Passes {
 		t.Errorf("%s: %d keys asked exactly %d times, want all %d", rep.Mode, lt.KeysExact, lt.Passes, sc.Keys)
 	}
+	if _, ok := processCPU(); ok && lt.ProcessCPUPerDecision <= 0 {
+		t.Errorf("%s: ProcessCPUPerDecision = %v, want the fleet's CPU time measured", rep.Mode, lt.ProcessCPUPerDecision)
+	}
 	// No key nears B + R*T, so none is saturated, and every ask is admitted.
 	if rep.Admitted != rep.Decisions || rep.SaturatedKeys != 0 {
 		t.Errorf("%s: admitted %d of %d, %d saturated keys; want all admitted and none saturated", rep.Mode, rep.Admitted, rep.Decisions, rep.SaturatedKeys)
@@ -282,11 +285,11 @@ func TestRunLongTailRedis(t *testing.T) {
 	Compare(reports, RedisRate)
 	for _, r := range reports {
 		lt := r.LongTail
-		if lt.Base != RedisRate || lt.DecisionsVsBase <= 0 || lt.ScriptUsecVsBase <= 0 || lt.CPUVsBase <= 0 {
-			t.Errorf("%s: compared with %q: %v, %v, %v; want redis_rate and ratios > 0", r.Mode, lt.Base, lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase)
+		if lt.Base != RedisRate || lt.DecisionsVsBase <= 0 || lt.ScriptUsecVsBase <= 0 || lt.CPUVsBase <= 0 || lt.ProcessCPUVsBase <= 0 {
+			t.Errorf("%s: compared with %q: %v, %v, %v, %v; want redis_rate and ratios > 0", r.Mode, lt.Base, lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase, lt.ProcessCPUVsBase)
 		}
-		if r.Mode == RedisRate && (lt.DecisionsVsBase != 1 || lt.ScriptUsecVsBase != 1 || lt.CPUVsBase != 1) {
-			t.Errorf("redis_rate against itself: %v, %v, %v; want 1 each", lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase)
+		if r.Mode == RedisRate && (lt.DecisionsVsBase != 1 || lt.ScriptUsecVsBase != 1 || lt.CPUVsBase != 1 || lt.ProcessCPUVsBase != 1) {
+			t.Errorf("redis_rate against itself: %v, %v, %v, %v; want 1 each", lt.DecisionsVsBase, lt.ScriptUsecVsBase, lt.CPUVsBase, lt.ProcessCPUVsBase)
 		}
 	}
 	var buf bytes.Buffer
@@ -338,11 +341,11 @@ func TestWriteLongTail(t *testing.T) {
 	}
 	reports := []Report{
 		{Mode: RedisRate, DecisionsPerSec: 20000, Decisions: 150000, Admitted: 150000, CommandsPerDecision: 1,
-			LongTail: &LongTailReport{Asks: 150000, Issued: 150000, Complete: true, CommandsPerDecision: 1.0007, Redis: red(8, 20)}},
+			LongTail: &LongTailReport{Asks: 150000, Issued: 150000, Complete: true, CommandsPerDecision: 1.0007, ProcessCPUPerDecision: 16, Redis: red(8, 20)}},
 		{Mode: RedisRateAP, DecisionsPerSec: 50000, Decisions: 150000, Admitted: 150000,
 			LongTail: &LongTailReport{Asks: 150000, Issued: 150000, Complete: true, Redis: red(8, 5)}},
 		{Mode: Lease, DecisionsPerSec: 10000, Decisions: 60000, Admitted: 60000,
-			LongTail: &LongTailReport{Asks: 150000, Issued: 60000, Redis: red(20, 30)}},
+			LongTail: &LongTailReport{Asks: 150000, Issued: 60000, ProcessCPUPerDecision: 12, Redis: red(20, 30)}},
 		{Mode: Local, DecisionsPerSec: 1000000, Decisions: 150000, LongTail: &LongTailReport{Asks: 150000, Issued: 150000, Complete: true}},
 	}
 	var buf bytes.Buffer
@@ -353,9 +356,9 @@ func TestWriteLongTail(t *testing.T) {
 	checkAligned(t, table, len(reports))
 	lines := strings.Split(table, "\n")
 	for i, want := range [][]string{
-		{"redis_rate", "150000", "100.0%", "1.0007", "8.00", "20.00", "50000", "112 B", "1.00x"},
+		{"redis_rate", "150000", "100.0%", "1.0007", "8.00", "20.00", "16.00", "50000", "112 B", "1.00x"},
 		{"redis_rate_ap", "2.50x", "0.25x"},
-		{"lease", "60000/150000", "0.50x", "2.50x", "1.50x"},
+		{"lease", "60000/150000", "12.00", "0.50x", "2.50x", "1.50x", "0.75x"},
 		{"local", "50.00x", "0.0%"},
 	} {
 		for _, w := range want {
@@ -364,8 +367,11 @@ func TestWriteLongTail(t *testing.T) {
 			}
 		}
 	}
-	if f := strings.Fields(lines[4]); f[len(f)-3] != "-" || f[len(f)-4] != "-" {
-		t.Errorf("local row %q: want - for the Redis ratios", lines[4])
+	if f := strings.Fields(lines[4]); f[len(f)-3] != "-" || f[len(f)-4] != "-" || f[len(f)-5] != "-" {
+		t.Errorf("local row %q: want - for the CPU and Redis ratios", lines[4])
+	}
+	if f := strings.Fields(lines[2]); f[len(f)-3] != "-" {
+		t.Errorf("redis_rate_ap row %q: want - for proc vs rr (its CPU not measured)", lines[2])
 	}
 }
 

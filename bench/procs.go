@@ -266,7 +266,9 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 		timeline []Sample
 		elapsed  time.Duration
 		closeErr []string
-		cmds     int64 // until the limiters had closed
+		cmds     int64         // until the limiters had closed
+		cpu      time.Duration // the shards' CPU time; 0 if one did not tell
+		cpuOK    = true
 	)
 	for i, s := range shards {
 		select {
@@ -280,6 +282,8 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 		}
 		total.add(&res.Tally)
 		cmds += res.Commands
+		cpu += res.CPU
+		cpuOK = cpuOK && res.CPU > 0
 		timeline = mergeTimelines(timeline, res.Timeline)
 		elapsed = max(elapsed, res.Elapsed)
 		if res.CloseError != "" {
@@ -290,6 +294,9 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 	r.longTail(&rep, total)
 	// Every shard has ended, its limiters closed, as in Run.
 	r.tailCommands(&rep, cmds)
+	if cpuOK {
+		tailCPU(&rep, cpu)
+	}
 	r.tailRedis(context.WithoutCancel(ctx), &rep)
 	rep.Procs = procs
 	if len(closeErr) > 0 {

@@ -59,6 +59,7 @@ func Run(ctx context.Context, t *Target, sc Scenario, mode string, progress func
 		// After the limiters and clients closed: what the limiters settled
 		// then is part of what the decisions cost.
 		r.tailCommands(&rep, r.commands()-r.tail.cmdsBefore)
+		tailCPU(&rep, r.cpuSince())
 		r.tailRedis(context.WithoutCancel(ctx), &rep)
 		if cerr := t.cleanTail(context.WithoutCancel(ctx), r.prefix); cerr != nil {
 			rep.CloseError = strings.TrimPrefix(rep.CloseError+"; "+cerr.Error(), "; ")
@@ -281,6 +282,7 @@ func (r *run) measure(ctx context.Context, progress func(Progress)) (Report, err
 	r.redisBefore(ctx)
 	cmdsBefore := r.commands()
 	r.tail.cmdsBefore = cmdsBefore
+	r.cpuStart()
 	t0, err := r.t.now(ctx)
 	if err != nil {
 		return Report{}, err

@@ -96,6 +96,9 @@ type shardResult struct {
 	// Commands counts the commands sent from the start until the limiters
 	// had closed.
 	Commands int64 `json:"commands"`
+	// CPU is the CPU time the shard used over the same span, in a long
+	// tail; 0 if not measured.
+	CPU time.Duration `json:"cpu,omitempty"`
 }
 
 // IsShard reports whether this process was started by RunProcs as a shard
@@ -211,6 +214,7 @@ func serveShard(in io.Reader, out io.Writer) error {
 			return ctx.Err()
 		}
 	}
+	r.cpuStart()
 	timeline, elapsed := r.drive(ctx, start, func(p Progress) { send("progress", p) })
 	if err := send("done", nil); err != nil {
 		return err
@@ -227,5 +231,6 @@ func serveShard(in io.Reader, out io.Writer) error {
 		res.CloseError = errors.Join(errs...).Error()
 	}
 	res.Commands = r.commands() - cmdsBefore
+	res.CPU = r.cpuSince()
 	return send("result", res)
 }
