@@ -13,7 +13,7 @@ import (
 // breaker is open or probing) for keys whose allowance is spent. The zero
 // Fallback is LocalShare. Whatever it admits is recorded and charged to
 // Redis when it is back, so nothing spent during an outage is lost; the
-// charge never sinks a bucket below -burst.
+// charge sinks a bucket no lower than Config.MaxDebt allows.
 type Fallback struct {
 	kind  fallbackKind
 	limit Limit // for Static

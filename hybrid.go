@@ -116,6 +116,16 @@ type Config struct {
 	// Fallback decides while Redis is unreachable. The zero value is
 	// LocalShare.
 	Fallback Fallback
+	// MaxDebt bounds what an outage may leave a key owing, as time of the
+	// key's refill. When Redis is back, what the fallback admitted (and
+	// what Redis lost of its writes, charged again) is charged down to
+	// -max(Burst, Rate * MaxDebt) tokens at most: the key admits nothing
+	// more until its refill has paid that back, and the rest is forgiven.
+	// 0 means the burst alone, which holds the limit under LocalShare for
+	// outages of any length; FailOpen and Static admit beyond it, and a
+	// MaxDebt of the longest outage to be paid back in full charges what
+	// they admitted (docs/accuracy.md, "Outages and the debt").
+	MaxDebt time.Duration
 	// Breaker configures the circuit breaker around the Redis calls. On a
 	// Redis Cluster each master gets a breaker of its own with this
 	// configuration, so that a master that fails sends only its own keys
@@ -170,6 +180,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		LocalCapacity: cfg.LocalCapacity,
 		MaxKeys:       cfg.MaxKeys,
 		ColdWait:      cfg.ColdWait,
+		MaxDebt:       cfg.MaxDebt,
 		Instances:     cfg.Instances,
 		InstanceID:    cfg.InstanceID,
 		Breaker:       cfg.Breaker,

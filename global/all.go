@@ -35,7 +35,7 @@ func (l *Limiter) SettleAll(ctx context.Context, batch []Settlement, replies []R
 		return nil
 	}
 	keys := make([]string, 0, len(batch))
-	args := make([]any, 0, 9*len(batch)+1)
+	args := make([]any, 0, 10*len(batch)+1)
 	for i := range batch {
 		s := &batch[i]
 		if err := s.check(); err != nil {
@@ -46,7 +46,7 @@ func (l *Limiter) SettleAll(ctx context.Context, batch []Settlement, replies []R
 			return fmt.Errorf("global: settle all %q: %w: decisions alone, each key once", s.Key, ErrInvalidCost)
 		}
 		keys = append(keys, k)
-		args = s.appendArgs9(args)
+		args = s.appendArgs10(args)
 	}
 	args = append(args, "all")
 	v, err := l.script.Run(ctx, l.rdb, keys, args...).Result()

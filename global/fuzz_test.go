@@ -202,7 +202,7 @@ func FuzzParseReply(f *testing.F) {
 			if !errors.Is(err, ErrReply) || r != (Reply{}) {
 				t.Fatalf("parseReply(%#v) = %+v, %v; want the zero Reply and ErrReply", v, r, err)
 			}
-		} else if r.Granted < 0 || r.Granted > want || r.Tokens < -burst || r.Tokens > burst ||
+		} else if r.Granted < 0 || r.Granted > want || r.Tokens < -MaxDebt || r.Tokens > burst ||
 			r.Now.UnixMicro() < 0 || r.Now.UnixMicro() > maxAmount || r.Err != nil ||
 			r.Duplicate && (!dedup || r.Reset) {
 			t.Fatalf("parseReply(%#v, burst %d, want %d, dedup %v) = %+v: out of bounds", v, burst, want, dedup, r)

@@ -240,8 +240,8 @@ func parseReply(v any, burst, want int64, dedup bool) (Reply, error) {
 	switch {
 	case granted < 0 || granted > want:
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
-	case tokens < -burst || tokens > burst:
-		return Reply{}, fmt.Errorf("%w: tokens %d is outside [%d, %d]", ErrReply, tokens, -burst, burst)
+	case tokens < -MaxDebt || tokens > burst:
+		return Reply{}, fmt.Errorf("%w: tokens %d is outside [-2^50, %d]", ErrReply, tokens, burst)
 	case now < 0 || now > maxAmount:
 		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
 	case reset != 0 && reset != 1:

@@ -23,8 +23,8 @@ type Settlement struct {
 	Key string
 	// Limit is the bucket's limit, from Limit.Micro.
 	Limit MicroLimit
-	// Consumed is spent elsewhere and is charged; the bucket never sinks
-	// below -Limit.Burst, so an outage's debt is bounded.
+	// Consumed is spent elsewhere and is charged; the charge never sinks
+	// the bucket below -Debt, so an outage's debt is bounded.
 	Consumed int64
 	// Returned was granted before and not spent; the bucket never rises
 	// above Limit.Burst.
@@ -38,6 +38,12 @@ type Settlement struct {
 	// is left stays in Redis), so that a caller whose costs are whole tokens
 	// never holds a fraction it cannot spend. 0 means 1 (no rounding).
 	Quantum int64
+	// Debt is the most the bucket may owe once Consumed is charged, in
+	// micro-tokens: a charge never sinks it below -Debt, and a bucket in
+	// deeper debt already (charged under a larger Debt) stays where it is
+	// and refills. 0 means Limit.Burst; at most MaxDebt. Every settlement
+	// of a key should carry the same Debt.
+	Debt int64
 	// Instance names the caller for de-duplication: 1 to MaxInstance bytes
 	// of [0-9A-Za-z_.-]. It is used only with a Seq, and must be unique to
 	// the process: one that restarts under an old name must not start its
@@ -64,13 +70,18 @@ type Settlement struct {
 // MaxInstance is the longest Settlement.Instance, in bytes.
 const MaxInstance = 64
 
+// MaxDebt is the largest Settlement.Debt, in micro-tokens: 2^50, about
+// 1.1e9 tokens.
+const MaxDebt = 1 << 50
+
 // Reply is the outcome of one Settlement.
 type Reply struct {
 	// Granted is the micro-tokens taken: 0, or between MinGrant and Want,
 	// a multiple of Quantum.
 	Granted int64
 	// Tokens is the micro-tokens left in the bucket after the settlement.
-	// It is negative while the bucket is in debt, and never below -burst.
+	// It is negative while the bucket is in debt, and never below
+	// -MaxDebt.
 	Tokens int64
 	// Now is the Redis time of the settlement.
 	Now time.Time
@@ -146,10 +157,10 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	}
 	for i := range calls {
 		// The command whole, made here once: EVALSHA, the script's hash,
-		// the keys and their arguments (a call of one key takes the 7 or 9
-		// of Settlement.appendArgs, one of many 9 each).
+		// the keys and their arguments (a call of one key takes the 8 or 10
+		// of Settlement.appendArgs, one of many 10 each).
 		c := &calls[i]
-		c.args = getArgs(3 + 10*len(c.idx))
+		c.args = getArgs(3 + 11*len(c.idx))
 		c.args = append(c.args, "evalsha", l.script.Hash(), len(c.idx))
 		for _, j := range c.idx {
 			c.args = append(c.args, l.Key(batch[j].Key))
@@ -159,7 +170,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			continue
 		}
 		for _, j := range c.idx {
-			c.args = batch[j].appendArgs9(c.args)
+			c.args = batch[j].appendArgs10(c.args)
 		}
 	}
 	l.send(ctx, calls, func(c *call) bool { return true })
@@ -225,7 +236,7 @@ func getArgs(n int) []any {
 // keeps no command after the pipeline's Exec returns), cleared so that it
 // holds no key.
 func putArgs(a []any) {
-	if cap(a) == 0 || cap(a) > 3+10*maxCallKeys {
+	if cap(a) == 0 || cap(a) > 3+11*maxCallKeys {
 		return
 	}
 	clear(a[:cap(a)])
@@ -278,27 +289,35 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 	markNotSent(cmds, err)
 }
 
-// args returns the script's ARGV for s: 7 values, then Instance and Seq if
+// args returns the script's ARGV for s: 8 values, then Instance and Seq if
 // s has a Seq.
 func (s *Settlement) args() []any { return s.appendArgs(nil) }
 
 // appendArgs appends args() to a.
 func (s *Settlement) appendArgs(a []any) []any {
-	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1))
+	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1), s.debt())
 	if s.Seq > 0 {
 		a = append(a, s.Instance, s.Seq)
 	}
 	return a
 }
 
-// appendArgs9 appends the script's 9 arguments for s to a, as a call of
+// appendArgs10 appends the script's 10 arguments for s to a, as a call of
 // many keys takes them: without a Seq, an empty instance and seq 0.
-func (s *Settlement) appendArgs9(a []any) []any {
-	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1))
+func (s *Settlement) appendArgs10(a []any) []any {
+	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1), s.debt())
 	if s.Seq > 0 {
 		return append(a, s.Instance, s.Seq)
 	}
 	return append(a, "", 0)
+}
+
+// debt returns s.Debt, or the burst for 0.
+func (s *Settlement) debt() int64 {
+	if s.Debt == 0 {
+		return s.Limit.Burst
+	}
+	return s.Debt
 }
 
 // check validates s as the script requires, with the bounds of package limit.
@@ -331,6 +350,9 @@ func (s *Settlement) check() error {
 	if s.Quantum > 1 && s.MinGrant > s.Want-s.Want%s.Quantum {
 		// The grant is at most Want rounded down to a quantum.
 		return fmt.Errorf("%w: min grant %d micro-tokens is above want %d rounded down to quantum %d", ErrInvalidCost, s.MinGrant, s.Want, s.Quantum)
+	}
+	if s.Debt < 0 || s.Debt > MaxDebt {
+		return fmt.Errorf("%w: debt %d micro-tokens is outside [0, 2^50]", ErrInvalidCost, s.Debt)
 	}
 	if s.Seq < 0 || s.Seq > maxAmount {
 		return fmt.Errorf("%w: seq %d is outside [0, 2^53)", ErrInvalidKey, s.Seq)

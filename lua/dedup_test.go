@@ -14,9 +14,13 @@ import (
 )
 
 // eval runs the script on key and returns its reply, which must be five
-// integers.
+// integers. args are the script's arguments for one key but its debt
+// (rate, burst, consumed, returned, want, min_grant, quantum, and instance
+// and seq or not): eval sends the burst as the debt, as a Settlement does
+// by default.
 func eval(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [5]int64 {
 	t.Helper()
+	args = withDebt(args)
 	v, err := rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
 	if err != nil {
 		t.Fatalf("EVAL %v: %v", args, err)
@@ -32,6 +36,13 @@ func eval(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args
 		}
 	}
 	return r
+}
+
+// withDebt returns the arguments of one key without a debt (7, or 9 with
+// an instance and a seq) with the burst inserted as the debt, after the
+// quantum.
+func withDebt(args []any) []any {
+	return slices.Insert(slices.Clone(args), 7, args[1])
 }
 
 // hash returns the fields of key.
@@ -364,7 +375,7 @@ func TestSettleMany(t *testing.T) {
 	const M = 1_000_000
 	type call struct {
 		key  string
-		args []any // 9
+		args []any // 9: no debt (withDebt)
 	}
 	calls := []call{
 		{"{a}", []any{1, 10 * M, 2 * M, 0, 3 * M, 1, 1, "x", 5}},
@@ -400,7 +411,7 @@ func TestSettleMany(t *testing.T) {
 		var args []any
 		for _, c := range calls {
 			keys = append(keys, "many:"+c.key)
-			args = append(args, c.args...)
+			args = append(args, withDebt(c.args)...)
 		}
 		v, err := b.rdb.Eval(ctx, lua.Settle, keys, args...).Int64Slice()
 		if err != nil || len(v) != 5*len(calls) {
@@ -435,7 +446,7 @@ func TestSettleMany(t *testing.T) {
 // is; and it takes decisions alone, each key once.
 func TestSettleAll(t *testing.T) {
 	const M = 1_000_000
-	decide := func(cost int64) []any { return []any{1, 10 * M, 0, 0, cost, cost, 1, "", 0} }
+	decide := func(cost int64) []any { return []any{1, 10 * M, 0, 0, cost, cost, 1, 10 * M, "", 0} }
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		keys := []string{"{all}a", "{all}b", "{all}c"}
@@ -471,8 +482,8 @@ func TestSettleAll(t *testing.T) {
 			args []any
 			want string
 		}{
-			{"consumed", keys[:1], []any{1, 10 * M, M, 0, M, M, 1, "", 0, "all"}, "decisions alone"},
-			{"seq", keys[:1], []any{1, 10 * M, 0, 0, M, M, 1, "x", 3, "all"}, "decisions alone"},
+			{"consumed", keys[:1], []any{1, 10 * M, M, 0, M, M, 1, 10 * M, "", 0, "all"}, "decisions alone"},
+			{"seq", keys[:1], []any{1, 10 * M, 0, 0, M, M, 1, 10 * M, "x", 3, "all"}, "decisions alone"},
 			{"a key twice", []string{keys[0], keys[0]}, append(decide(M), append(decide(M), "all")...), "each key once"},
 		} {
 			if _, err := b.rdb.Eval(ctx, lua.Settle, bad.keys, bad.args...).Result(); err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -14,7 +14,7 @@
 --          string "<t> <ts>" (integers in decimal, t may be negative): one
 --          command reads it, one writes it with its TTL. Once a call with a
 --          seq writes it, it is a hash with fields
---            t             tokens, in micro-tokens, in [-burst, burst]
+--            t             tokens, in micro-tokens, in [-2^50, burst]
 --            ts            the Redis time of t, in microseconds
 --            q:<instance>  "<seq> <granted> <now_us>": the last call of
 --                          that instance applied to this key, what it
@@ -28,10 +28,10 @@
 --          stays stuck. An unreadable q: record counts as no record, and an
 --          unreadable or missing p as 0; neither is a reset.
 -- ARGV     for one key: rate, burst, consumed, returned, want, min_grant,
---          quantum and, to de-duplicate, instance and seq (7 or 9
---          arguments); for more keys, the 9 arguments of each in the order
+--          quantum, debt and, to de-duplicate, instance and seq (8 or 10
+--          arguments); for more keys, the 10 arguments of each in the order
 --          of KEYS, where instance "" and seq 0 stand for no de-duplication;
---          or the 9 arguments of each key and then the string "all": all or
+--          or the 10 arguments of each key and then the string "all": all or
 --          nothing, for decisions alone (consumed and returned 0, no seq,
 --          each key once): if one key's bucket cannot grant its min_grant,
 --          no key is granted anything (each is written as a call that
@@ -44,6 +44,10 @@
 --            min_grant  grant nothing rather than less than this (>= 0)
 --            quantum    micro-tokens; the grant is a whole number of these,
 --                       an integer in [1, 2^50] (1 does not round)
+--            debt       micro-tokens the bucket may owe at most: a charge
+--                       never sinks it below -debt (one below it already,
+--                       under a larger debt, stays where it is), an
+--                       integer in [0, 2^50]
 --            instance   who sends the call: 1 to 64 bytes of [0-9A-Za-z_.-]
 --            seq        the call's sequence number, an integer in [1, 2^53)
 --          consumed, returned, want and min_grant are integers below 2^53.
@@ -53,7 +57,7 @@
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
 --                       a multiple of quantum; for a duplicate, what the
 --                       call with the same seq granted, or 0 (see below)
---            tokens     micro-tokens left after the step, in [-burst, burst]
+--            tokens     micro-tokens left after the step, in [-2^50, burst]
 --            now_us     Redis TIME in microseconds
 --            reset      1 if KEYS[1] held something unreadable (another
 --                       type, garbled fields) and was replaced, else 0
@@ -77,7 +81,7 @@
 --   *. a duplicate (below) stops here: it writes nothing and replies the
 --      tokens of step 1, dup = 1
 --   2. t = min(burst, t + returned)
---   3. t = max(-burst, t - consumed)
+--   3. t = max(min(t, -debt), t - consumed)
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
@@ -162,46 +166,48 @@ local nkeys, nargs = #KEYS, #ARGV
 
 -- The form of the call: its arguments a key (stride), all or nothing, and
 -- whether instance "" and seq 0 stand for no de-duplication (empty).
-local all = nargs == 9 * nkeys + 1 and ARGV[nargs] == 'all'
-local stride, empty = 9, true
+local all = nargs == 10 * nkeys + 1 and ARGV[nargs] == 'all'
+local stride, empty = 10, true
 if all then
   if nkeys == 0 or nkeys > MAX_KEYS then
     return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
   end
-elseif nkeys == 1 and (nargs == 7 or nargs == 9) then
+elseif nkeys == 1 and (nargs == 8 or nargs == 10) then
   stride, empty = nargs, false
 elseif nkeys == 1 then
-  return redis.error_reply('ERR hybrid: want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum) or 9 (then instance, seq), got ' .. nargs)
+  return redis.error_reply('ERR hybrid: want 8 arguments (rate, burst, consumed, returned, want, min_grant, quantum, debt) or 10 (then instance, seq), got ' .. nargs)
 elseif nkeys == 0 or nkeys > MAX_KEYS then
   return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
-elseif nargs ~= 9 * nkeys then
-  return redis.error_reply('ERR hybrid: want 9 arguments a key for ' .. nkeys .. ' keys, got ' .. nargs)
+elseif nargs ~= 10 * nkeys then
+  return redis.error_reply('ERR hybrid: want 10 arguments a key for ' .. nkeys .. ' keys, got ' .. nargs)
 end
 
 -- Every call is read and checked before any key is touched: a call of many
 -- keys with one bad part changes nothing. A holds the numbers of key i from
--- A[stride * (i - 1) + 1]: the seven numbers, then the instance and seq, or
+-- A[stride * (i - 1) + 1]: the eight numbers, then the instance and seq, or
 -- false and false for none.
 local A = {}
--- Numbers read already, limits and amounts apart (their bounds differ), for
--- a call of many keys: they share most of their arguments (a limit, a
--- cost, zeros), and a table lookup of a string costs less than tonumber.
--- A call of one key has no use for them.
-local limits, amounts
+-- Numbers read already, limits, amounts and debts apart (their bounds
+-- differ), for a call of many keys: they share most of their arguments (a
+-- limit, a cost, zeros), and a table lookup of a string costs less than
+-- tonumber. A call of one key has no use for them.
+local limits, amounts, debts
 if nkeys > 1 then
-  limits, amounts = {}, {}
+  limits, amounts, debts = {}, {}, {}
 end
 local named = all and {} -- the keys of an all or nothing call
 local valid -- the instance checked last, when it was valid
 for i = 1, nkeys do
   local base = stride * (i - 1)
   local err
-  for j = 1, 7 do
+  for j = 1, 8 do
     local a = ARGV[base + j]
     local limit = j <= 2 or j == 7
     local known = amounts
     if limit then
       known = limits
+    elseif j == 8 then
+      known = debts
     end
     local v = known and known[a]
     if v == nil then
@@ -209,10 +215,13 @@ for i = 1, nkeys do
       if limit then
         lo, hi = 1, MAX_LIMIT
       end
+      if j == 8 then
+        hi = MAX_LIMIT
+      end
       v = tonumber(a)
       -- Not a number, NaN, out of bounds, or not an integer.
       if v == nil or not (v >= lo and v <= hi) or v % 1 ~= 0 then
-        local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum'}
+        local names = {'rate', 'burst', 'consumed', 'returned', 'want', 'min_grant', 'quantum', 'debt'}
         err = names[j] .. ' ' .. tostring(a) .. ' is not an integer in [' ..
           format('%.0f', lo) .. ', ' .. format('%.0f', hi) .. ']'
         break
@@ -223,9 +232,9 @@ for i = 1, nkeys do
     end
     A[base + j] = v
   end
-  A[base + 8], A[base + 9] = false, false
-  if not err and stride == 9 then
-    local instance, seq = ARGV[base + 8], ARGV[base + 9]
+  A[base + 9], A[base + 10] = false, false
+  if not err and stride == 10 then
+    local instance, seq = ARGV[base + 9], ARGV[base + 10]
     if not (empty and instance == '' and seq == '0') then
       if instance ~= valid then
         if #instance < 1 or #instance > MAX_INSTANCE or not find(instance, '^[0-9A-Za-z_.%-]+$') then
@@ -241,13 +250,13 @@ for i = 1, nkeys do
           err = 'seq ' .. tostring(seq) .. ' is not an integer in [1, ' ..
             format('%.0f', MAX_AMOUNT) .. ']'
         else
-          A[base + 8], A[base + 9] = instance, v
+          A[base + 9], A[base + 10] = instance, v
         end
       end
     end
   end
   if all and not err then
-    if A[base + 3] ~= 0 or A[base + 4] ~= 0 or A[base + 8] then
+    if A[base + 3] ~= 0 or A[base + 4] ~= 0 or A[base + 9] then
       err = 'all or nothing takes decisions alone: no consumed, returned or seq'
     elseif named[KEYS[i]] then
       err = 'all or nothing takes each key once'
@@ -268,7 +277,7 @@ local function refill(t, ts, now, rate, burst)
   -- elapsed_us * rate may pass 2^53, so with
   -- elapsed = es s + eu us and rate = rq * 1e6 + rr:
   --   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
-  -- es * rate is compared with the deficit first (an exact bound, below 2^51);
+  -- es * rate is compared with the deficit first (an exact bound, at most 2^51);
   -- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
   -- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
   -- away from the next integer.
@@ -331,7 +340,7 @@ if all then
   -- one falls short of its min_grant, none is granted (each key is written
   -- as a call that wants nothing would write it).
   for i = 1, nkeys do
-    local base = 9 * (i - 1)
+    local base = 10 * (i - 1)
     local rate, burst = A[base + 1], A[base + 2]
     local t, ts
     local v = rpcall('GET', KEYS[i])
@@ -352,8 +361,8 @@ if all then
     else
       if t > burst then
         t = burst
-      elseif t < -burst then
-        t = -burst
+      elseif t < -MAX_LIMIT then
+        t = -MAX_LIMIT
       end
       t = refill(t, ts, now, rate, burst)
     end
@@ -364,7 +373,7 @@ if all then
     g = g - fmod(g, A[base + 7])
     if g < A[base + 6] then
       for j = 1, nkeys do
-        A[9 * (j - 1) + 5], A[9 * (j - 1) + 6] = 0, 0
+        A[10 * (j - 1) + 5], A[10 * (j - 1) + 6] = 0, 0
       end
       break
     end
@@ -380,7 +389,8 @@ for i = 1, nkeys do
   local base = stride * (i - 1)
   local rate, burst, consumed, returned, want, min_grant, quantum =
     A[base + 1], A[base + 2], A[base + 3], A[base + 4], A[base + 5], A[base + 6], A[base + 7]
-  local instance, seq = A[base + 8], A[base + 9]
+  local debt = A[base + 8]
+  local instance, seq = A[base + 9], A[base + 10]
 
   -- 0. The state, as a string or as a hash. Anything unreadable is replaced
   -- by a full bucket rather than left stuck: a key of another type, a
@@ -466,8 +476,8 @@ for i = 1, nkeys do
   end
   if t > burst then
     t = burst -- the burst was lowered since the last write
-  elseif t < -burst then
-    t = -burst
+  elseif t < -MAX_LIMIT then
+    t = -MAX_LIMIT -- deeper than any debt: not the script's
   end
   -- 1. Refill for the time since ts.
   t, ts = refill(t, ts, now, rate, burst)
@@ -489,10 +499,15 @@ for i = 1, nkeys do
       t = burst
     end
 
-    -- 3. Consumption charged; debt never sinks below -burst.
+    -- 3. Consumption charged: it never sinks the bucket below -debt, and a
+    -- bucket in deeper debt already (under a larger debt) stays where it is.
+    local floor = -debt
+    if t < floor then
+      floor = t
+    end
     t = t - consumed
-    if t < -burst then
-      t = -burst
+    if t < floor then
+      t = floor
     end
 
     -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.

@@ -39,7 +39,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 }
 
 func TestSettleRejectsArguments(t *testing.T) {
-	ok := []string{"5000000", "10000000", "0", "0", "1000000", "1000000", "1000000"}
+	ok := []string{"5000000", "10000000", "0", "0", "1000000", "1000000", "1000000", "10000000"}
 	with := func(i int, v string) []string {
 		a := append([]string(nil), ok...)
 		a[i] = v
@@ -55,16 +55,17 @@ func TestSettleRejectsArguments(t *testing.T) {
 		want string // in the error
 	}{
 		{"no key", nil, ok, "want 1 to 1000 keys, got 0"},
-		{"two keys, 7 args", []string{"{a}x", "{a}y"}, ok, "want 9 arguments a key for 2 keys, got 7"},
-		{"two keys, 9 args", []string{"{a}x", "{a}y"}, seq("a", "1"), "want 9 arguments a key for 2 keys, got 9"},
+		{"two keys, 8 args", []string{"{a}x", "{a}y"}, ok, "want 10 arguments a key for 2 keys, got 8"},
+		{"two keys, 10 args", []string{"{a}x", "{a}y"}, seq("a", "1"), "want 10 arguments a key for 2 keys, got 10"},
 		{"two keys, bad second", []string{"{a}x", "{a}y"}, append(seq("a", "1"), append(with(1, "0"), "", "0")...), "key 2: burst"},
 		{"two keys, bad first", []string{"{a}x", "{a}y"}, append(seq("a", "0"), seq("", "0")...), "key 1: seq 0"},
 		{"two keys, no instance with a seq", []string{"{a}x", "{a}y"}, append(seq("", "0"), seq("", "3")...), "key 2: instance of 0 bytes"},
 		{"1001 keys", slices.Repeat([]string{"{a}x"}, 1001), slices.Repeat(seq("", "0"), 1001), "want 1 to 1000 keys, got 1001"},
 		{"one key, no instance", []string{"k"}, seq("", "0"), "instance of 0 bytes"},
-		{"five args", []string{"k"}, ok[:5], "want 7 arguments"},
-		{"eight args", []string{"k"}, append(with(0, "1"), "1"), "want 7 arguments"},
-		{"ten args", []string{"k"}, append(seq("a", "1"), "1"), "or 9 (then instance, seq), got 10"},
+		{"five args", []string{"k"}, ok[:5], "want 8 arguments"},
+		{"seven args, no debt", []string{"k"}, ok[:7], "want 8 arguments"},
+		{"nine args", []string{"k"}, append(with(0, "1"), "1"), "want 8 arguments"},
+		{"eleven args", []string{"k"}, append(seq("a", "1"), "1"), "or 10 (then instance, seq), got 11"},
 		{"instance empty", []string{"k"}, seq("", "1"), "instance of 0 bytes"},
 		{"instance 65 bytes", []string{"k"}, seq(strings.Repeat("a", 65), "1"), "instance of 65 bytes"},
 		{"instance space", []string{"k"}, seq("a b", "1"), "instance"},
@@ -95,11 +96,20 @@ func TestSettleRejectsArguments(t *testing.T) {
 		{"returned fraction", []string{"k"}, with(3, "0.5"), "returned"},
 		{"want 2^53", []string{"k"}, with(4, "9007199254740992"), "want"},
 		{"min_grant text", []string{"k"}, with(5, "x"), "min_grant"},
-		{"quantum missing", []string{"k"}, ok[:6], "want 7 arguments (rate, burst, consumed, returned, want, min_grant, quantum)"},
+		{"quantum missing", []string{"k"}, ok[:6], "want 8 arguments (rate, burst, consumed, returned, want, min_grant, quantum, debt)"},
 		{"quantum zero", []string{"k"}, with(6, "0"), "quantum"},
 		{"quantum fraction", []string{"k"}, with(6, "1000000.5"), "quantum"},
 		{"quantum text", []string{"k"}, with(6, "whole"), "quantum"},
 		{"quantum over 2^50", []string{"k"}, with(6, "1125899906842625"), "quantum"},
+		{"debt negative", []string{"k"}, with(7, "-1"), "debt"},
+		{"debt fraction", []string{"k"}, with(7, "0.5"), "debt"},
+		{"debt over 2^50", []string{"k"}, with(7, "1125899906842625"), "debt"},
+		{"debt text", []string{"k"}, with(7, "all"), "debt"},
+		// A string cached as a valid amount of an earlier key is no debt
+		// for a later one: each kind of number is checked against its own
+		// bounds.
+		{"debt over 2^50, an amount before", []string{"{a}x", "{a}y"},
+			append(append(with(2, "1125899906842625"), "", "0"), append(with(7, "1125899906842625"), "", "0")...), "key 2: debt"},
 	}
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
@@ -133,17 +143,17 @@ type model struct {
 // refilled returns the bucket as step would see it after its refill, for
 // a duplicate, which writes nothing: m is left alone.
 func (m model) refilled(now, rate, burst int64) int64 {
-	m.step(now, rate, burst, 0, 0, 0, 0, 1)
+	m.step(now, rate, burst, 0, 0, 0, 0, 1, burst)
 	return m.t
 }
 
 // step applies one call at Redis time now and returns what the script must
 // reply and the TTL bounds in ms it must set.
-func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quantum int64) (granted int64, ttlLo, ttlHi int64) {
+func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quantum, debt int64) (granted int64, ttlLo, ttlHi int64) {
 	if !m.ok {
 		m.t, m.ts, m.ok = burst, now, true
 	}
-	m.t = min(max(m.t, -burst), burst)
+	m.t = min(max(m.t, -1<<50), burst)
 	if now > m.ts {
 		if m.t < burst {
 			add := new(big.Int).Mul(big.NewInt(now-m.ts), big.NewInt(rate))
@@ -157,7 +167,7 @@ func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quant
 		m.ts = now
 	}
 	m.t = min(burst, m.t+returned)
-	m.t = max(-burst, m.t-consumed)
+	m.t = max(min(m.t, -debt), m.t-consumed)
 	granted = min(want, max(m.t, 0))
 	granted -= granted % quantum
 	if granted < minGrant {
@@ -214,6 +224,7 @@ func TestSettleModel(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
 		rq := rand.New(rand.NewPCG(3, 4)) // quanta, so that they leave the draws of r alone
 		rs := rand.New(rand.NewPCG(5, 6)) // seqs and re-sends, likewise
+		rd := rand.New(rand.NewPCG(7, 8)) // debts, likewise
 		seqs := map[string]int64{"i-1": 0, "i.2": 1 << 40}
 		steps := 800
 		if testing.Short() {
@@ -292,7 +303,17 @@ func TestSettleModel(t *testing.T) {
 					quantum = 1 + rq.Int64N(min(want+1, maxLimit))
 				}
 
-				args := []any{rate, burst, consumed, returned, want, minGrant, quantum}
+				debt := burst // what a Settlement sends by default
+				switch rd.IntN(4) {
+				case 1:
+					debt = 0
+				case 2:
+					debt = min(rd.Int64N(4*burst+1), maxLimit)
+				case 3:
+					debt = maxLimit
+				}
+
+				args := []any{rate, burst, consumed, returned, want, minGrant, quantum, debt}
 				var call seqCall
 				switch rs.IntN(4) {
 				case 0: // no seq
@@ -352,10 +373,10 @@ func TestSettleModel(t *testing.T) {
 					t.Fatalf("key %d step %d: reply %v, dup 1 for a call that is none", k, i, got)
 				}
 				before := m
-				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum)
+				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt)
 				if got[0] != granted || got[1] != m.t {
-					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d:\ngot granted %d tokens %d, want %d %d",
-						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, got[0], got[1], granted, m.t)
+					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d, debt %d:\ngot granted %d tokens %d, want %d %d",
+						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt, got[0], got[1], granted, m.t)
 				}
 				if call.args != nil {
 					call.granted = granted
@@ -436,7 +457,7 @@ func TestSettleUnreadableState(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				args := []any{1, 10_000_000, 0, 0, 1_000_000, 0, 1}
+				args := []any{1, 10_000_000, 0, 0, 1_000_000, 0, 1, 10_000_000}
 				if record {
 					args = append(args, "z", 1)
 				}
@@ -500,7 +521,7 @@ func TestSettleWrongType(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Charge 3 tokens, take 2 of a bucket of 10 at 1 token/s.
-			args := []any{1_000_000, 10_000_000, 3_000_000, 0, 2_000_000, 0, 1}
+			args := []any{1_000_000, 10_000_000, 3_000_000, 0, 2_000_000, 0, 1, 10_000_000}
 			v, err := b.rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
 			if err != nil {
 				t.Fatalf("%s: EVAL = %v, want a reply", tt.name, err)
@@ -555,7 +576,7 @@ func TestSettleClockBack(t *testing.T) {
 	}
 	for i, s := range steps {
 		m.SetTime(t0.Add(s.at))
-		v, err := rdb.Eval(ctx, lua.Settle, []string{key}, 1_000_000, 10_000_000, 0, 0, 10_000_000, 0, 1).Result()
+		v, err := rdb.Eval(ctx, lua.Settle, []string{key}, 1_000_000, 10_000_000, 0, 0, 10_000_000, 0, 1, 10_000_000).Result()
 		if err != nil {
 			t.Fatalf("step %d: EVAL: %v", i, err)
 		}
@@ -597,4 +618,61 @@ func pttl(ctx context.Context, t *testing.T, b backend, key string) int64 {
 		t.Fatal(err)
 	}
 	return d.Milliseconds()
+}
+
+// TestSettleDebt checks the debt argument: a charge sinks the bucket to
+// -debt at most; a bucket in deeper debt (charged under a larger one) stays
+// where it is, whatever later calls say, and refills from there; the TTL
+// runs until the bucket is full again.
+func TestSettleDebt(t *testing.T) {
+	const M = 1_000_000
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		// 1 token/s, burst 10, nothing granted: {consumed, debt} -> tokens.
+		steps := []struct {
+			name             string
+			consumed, debt   int64
+			tokens, ttlLoSec int64
+		}{
+			{"charged in full within the debt", 35 * M, 30 * M, -25 * M, 35},
+			{"floored at -debt", 10 * M, 30 * M, -30 * M, 40},
+			{"a smaller debt forgives nothing already owed", 5 * M, 10 * M, -30 * M, 40},
+			{"no debt, nothing charged: stays", 0, 0, -30 * M, 40},
+		}
+		const key = "{debt}"
+		for _, s := range steps {
+			v := eval1(ctx, t, b.rdb, key, M, 10*M, s.consumed, 0, 0, 0, 1, s.debt)
+			// A real clock refills a little between calls.
+			if v[1] < s.tokens || v[1] > s.tokens+M/10 {
+				t.Errorf("%s: tokens %d, want %d", s.name, v[1], s.tokens)
+			}
+			if ttl := pttl(ctx, t, b, key); ttl < s.ttlLoSec*1000-1000 || ttl > s.ttlLoSec*1000 {
+				t.Errorf("%s: TTL %d ms, want about %d s: until the bucket is full", s.name, ttl, s.ttlLoSec)
+			}
+		}
+		// The burst as the debt: the bound the script had before it took one.
+		v := eval1(ctx, t, b.rdb, "{burst}", M, 10*M, 35*M, 0, 0, 0, 1, 10*M)
+		if v[1] < -10*M || v[1] > -10*M+M/10 {
+			t.Errorf("debt = burst: tokens %d, want -10 tokens", v[1])
+		}
+		if b.m == nil {
+			return
+		}
+		// 20 s later the bucket of 30 owed has refilled 20.
+		b.m.SetTime(time.UnixMicro(redisNow(ctx, t, b.rdb, key)).Add(20 * time.Second))
+		if v := eval1(ctx, t, b.rdb, key, M, 10*M, 0, 0, 0, 0, 1, 0); v[1] != -10*M {
+			t.Errorf("20 s after: tokens %d, want -10 tokens", v[1])
+		}
+	})
+}
+
+// eval1 runs the script on key with args as they are (the 8 or 10 of one
+// key) and returns its reply.
+func eval1(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [5]int64 {
+	t.Helper()
+	v, err := rdb.Eval(ctx, lua.Settle, []string{key}, args...).Int64Slice()
+	if err != nil || len(v) != 5 {
+		t.Fatalf("EVAL %v = %v, %v; want 5 integers", args, v, err)
+	}
+	return [5]int64(v)
 }

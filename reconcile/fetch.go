@@ -35,7 +35,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		}
 		defer e.X.releaseCharge()
 	}
-	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
 	o := owner{e: e, sp: sp}
 	first := e.View().Seen == 0
 	r.mu.Lock()
@@ -258,7 +258,7 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 // take settles cost micro-tokens, all or nothing, for one request.
 func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) (bool, error) {
 	r.stats.fetches.Add(1)
-	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Want: cost, MinGrant: cost, Quantum: local.Micro}
+	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Want: cost, MinGrant: cost, Quantum: local.Micro}
 	rep, err := r.settleOne(sp, s)
 	if err != nil {
 		decided.Store(true)

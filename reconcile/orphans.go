@@ -71,7 +71,7 @@ func (r *Reconciler) takeOrphans() {
 			back = append(back, key)
 			continue
 		}
-		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Consumed: o.consumed, Returned: o.returned})
+		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Debt: r.debt(o.spec), Consumed: o.consumed, Returned: o.returned})
 		r.owners = append(r.owners, owner{sp: o.spec})
 	}
 	for _, key := range back {

@@ -72,6 +72,14 @@ type Config struct {
 	Instances int
 	// InstanceID names this instance in the heartbeats. "" means random.
 	InstanceID string
+	// MaxDebt bounds what a charge may leave a key owing, as time of the
+	// key's refill: consumption that Redis did not see as it happened
+	// (what the fallback admitted during an outage, writes Redis lost and
+	// is charged again) sinks the bucket down to -max(burst, rate *
+	// MaxDebt) at most, and the key admits nothing more until its refill
+	// has paid that back; beyond it, the rest is forgiven. 0 means the
+	// burst alone.
+	MaxDebt time.Duration
 	// HeartbeatInterval is the time between two heartbeats; an instance
 	// not heard from for three of them is no longer counted. 0 means 1s.
 	HeartbeatInterval time.Duration
@@ -207,7 +215,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
-	if cfg.SyncInterval < 0 || cfg.FirstRound < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 {
+	if cfg.SyncInterval < 0 || cfg.FirstRound < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 || cfg.MaxDebt < 0 {
 		return nil, fmt.Errorf("%w: negative field in %+v", ErrConfig, cfg)
 	}
 	if cfg.SyncInterval == 0 {
@@ -463,7 +471,7 @@ func (r *Reconciler) ReturnNow(key string, sp *Spec, n int64) {
 		r.Return(key, sp, n)
 		return
 	}
-	s := global.Settlement{Key: key, Limit: sp.Limit, Returned: n, Instance: r.fetchID, Seq: r.fetchSeq.Add(1)}
+	s := global.Settlement{Key: key, Limit: sp.Limit, Debt: r.debt(sp), Returned: n, Instance: r.fetchID, Seq: r.fetchSeq.Add(1)}
 	if _, err := r.settleOne(sp, s); err != nil && !mayBeApplied(err) {
 		r.Return(key, sp, n)
 	}

@@ -160,7 +160,7 @@ func (r *Reconciler) topUp(ctx context.Context) {
 		bal := e.Allowance.Load()
 		tgt := r.resize(e, sp, bal, e.X.clearStarved())
 		if bal < tgt {
-			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
+			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
 			r.owners = append(r.owners, owner{e: e, sp: sp})
 		}
 	}

@@ -28,7 +28,7 @@ type owner struct {
 func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
 	// Costs are whole tokens: lease grants are too, so that no instance
 	// holds a fraction it cannot spend while others could.
-	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Quantum: local.Micro}
+	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
 	charge(e, &s)
 	switch {
 	case sp.Mode == Optimistic && touched:

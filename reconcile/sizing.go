@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
 )
@@ -35,6 +36,17 @@ func (r *Reconciler) target(e *Entry, sp *Spec) int64 {
 		return t
 	}
 	return local.Micro
+}
+
+// debt returns the most a charge may leave sp's bucket owing
+// (global.Settlement.Debt), in micro-tokens: Config.MaxDebt's worth of its
+// refill, at least its burst, at most global.MaxDebt.
+func (r *Reconciler) debt(sp *Spec) int64 {
+	d := float64(sp.Limit.Rate) * r.cfg.MaxDebt.Seconds()
+	if d >= global.MaxDebt {
+		return global.MaxDebt
+	}
+	return max(int64(d), sp.Limit.Burst)
 }
 
 // maxLease is the most allowance a key holds, in whole tokens.

@@ -1,0 +1,64 @@
+package hybrid_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybrid"
+)
+
+// TestOutageDebt: FailOpen admits everything while Redis is down; when it
+// is back, what it admitted is charged down to -max(B, R*MaxDebt). With a
+// MaxDebt that covers the outage, over a window that ends once the debt is
+// repaid the instance has admitted at most B + R*T. With the default (the
+// burst alone), what the outage admitted beyond what the bucket held and
+// the debt's bound is forgiven, and the window admits that much more, as
+// docs/accuracy.md bounds it: B + R*T + (A - B - D), A what the fallback
+// admitted, D the debt's bound.
+func TestOutageDebt(t *testing.T) {
+	const (
+		rate  = 10
+		burst = 10
+		gap   = 10 * time.Millisecond // 100 requests a second, 10x the limit
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst}
+	for _, tt := range []struct {
+		name    string
+		maxDebt time.Duration
+		debt    int64 // tokens: max(B, R*MaxDebt)
+	}{
+		{"a minute", time.Minute, rate * 60},
+		{"default", 0, burst},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := hybrid.Config{Instances: 1, Fallback: hybrid.FailOpen, MaxDebt: tt.maxDebt}
+			inFleet(t, 1, cfg, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				start := time.Now()
+				f.setDown(true)
+				during := each(t, f, "k", lim, gap, time.Second, nil)[0]
+				f.setDown(false)
+				// Long enough for the debt to be repaid: FailOpen goes on
+				// until the breaker closes and for two rounds after.
+				after := each(t, f, "k", lim, gap, 40*time.Second, nil)[0]
+				elapsed := time.Since(start)
+
+				a := int64(l.Stats().FallbackAllowed)
+				admitted := during.allowed + after.allowed
+				bound := burst + rate*elapsed.Seconds()
+				forgiven := float64(max(a-burst-tt.debt, 0)) // the key was new: its bucket held B
+				t.Logf("MaxDebt %v: admitted %d over %v (%d by the fallback, %d during the outage), B + R*T %.0f, forgiven at most %.0f",
+					tt.maxDebt, admitted, elapsed.Round(time.Millisecond), a, during.allowed, bound, forgiven)
+				if a < 2*burst+tt.debt/10 {
+					t.Fatalf("the fallback admitted %d: too few to check the debt's bound", a)
+				}
+				if float64(admitted) > bound+forgiven+1 {
+					t.Errorf("admitted %d, above B + R*T %.0f + forgiven %.0f", admitted, bound, forgiven)
+				}
+				if float64(admitted) < 0.95*(bound+forgiven) {
+					t.Errorf("admitted %d, want about B + R*T %.0f + forgiven %.0f: nothing more denied than the debt", admitted, bound, forgiven)
+				}
+			})
+		})
+	}
+}
