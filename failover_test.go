@@ -48,6 +48,7 @@ type foResult struct {
 	fault, promoted   time.Time // the kill or handover; the new master serving
 	degraded, normal  time.Time // the first breaker leaving closed; every breaker closed again
 	losses, recharged uint64    // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
+	forgiven          uint64    // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
 	overshoot         float64   // Limiter.Overshoot of the limit, for the fleet
 }
 
@@ -278,6 +279,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 		st := l.Stats().Reconcile
 		res.losses += st.Losses
 		res.recharged += st.Recharged
+		res.forgiven += st.Forgiven
 	}
 	res.overshoot = float64(lims[0].Overshoot(lim))
 	slices.SortFunc(res.decisions, func(a, b foDecision) int { return a.at.Compare(b.at) })
@@ -335,11 +337,11 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	if !res.degraded.IsZero() {
 		degradedFor = res.normal.Sub(res.degraded)
 	}
-	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%); %d heartbeats found writes lost, %.0f tokens charged again",
+	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%); %d heartbeats found writes lost, %.0f tokens charged again, %.0f forgiven",
 		len(res.decisions), span.Round(time.Millisecond), errs, res.promoted.Sub(res.fault).Round(time.Millisecond),
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
 		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1),
-		res.losses, float64(res.recharged)/1e6)
+		res.losses, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
 	// Lease: B + R*T, and 5% of it for what the -B floor forgives: the
 	// fallback's consumption and the lost writes charged again can sink a
 	// bucket further, and a lease granted before every instance's charge

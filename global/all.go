@@ -51,17 +51,17 @@ func (l *Limiter) SettleAll(ctx context.Context, batch []Settlement, replies []R
 	args = append(args, "all")
 	v, err := l.script.Run(ctx, l.rdb, keys, args...).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, 5*len(batch))
+		err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, replyLen*len(batch))
 	}
 	if err != nil {
 		return fmt.Errorf("global: settle all: %w", err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 5*len(batch) {
-		return fmt.Errorf("global: settle all: %w: got %T of %d, want %d integers", ErrReply, v, len(a), 5*len(batch))
+	if !ok || len(a) != replyLen*len(batch) {
+		return fmt.Errorf("global: settle all: %w: got %T of %d, want %d integers", ErrReply, v, len(a), replyLen*len(batch))
 	}
 	for i := range batch {
-		r, err := parseReply(a[5*i:5*i+5], batch[i].Limit.Burst, batch[i].Want, false)
+		r, err := parseReply(a[replyLen*i:replyLen*(i+1)], batch[i].Limit.Burst, batch[i].Want, 0, false)
 		if err != nil {
 			return fmt.Errorf("global: settle all %q: %w", batch[i].Key, err)
 		}

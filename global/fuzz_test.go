@@ -159,7 +159,7 @@ func replyValue(data []byte, depth int) (any, []byte) {
 		}
 		n := 0
 		if b := take(1); len(b) > 0 {
-			n = int(b[0] % 6)
+			n = int(b[0] % 7)
 		}
 		a := make([]any, n)
 		for i := range a {
@@ -197,14 +197,15 @@ func FuzzParseReply(f *testing.F) {
 		want := int64(wantTokens) % (burst + 1)
 		v, _ := replyValue(data, 0)
 
-		r, err := parseReply(v, burst, want, dedup)
+		consumed := want / 2
+		r, err := parseReply(v, burst, want, consumed, dedup)
 		if err != nil {
 			if !errors.Is(err, ErrReply) || r != (Reply{}) {
 				t.Fatalf("parseReply(%#v) = %+v, %v; want the zero Reply and ErrReply", v, r, err)
 			}
 		} else if r.Granted < 0 || r.Granted > want || r.Tokens < -MaxDebt || r.Tokens > burst ||
 			r.Now.UnixMicro() < 0 || r.Now.UnixMicro() > maxAmount || r.Err != nil ||
-			r.Duplicate && (!dedup || r.Reset) {
+			r.Duplicate && (!dedup || r.Reset) || r.Forgiven < 0 || r.Forgiven > consumed {
 			t.Fatalf("parseReply(%#v, burst %d, want %d, dedup %v) = %+v: out of bounds", v, burst, want, dedup, r)
 		}
 

@@ -153,12 +153,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit, n int64) (Re
 	}
 	v, err := l.script.Run(ctx, l.rdb, []string{l.Key(key)}, s.args()...).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 5 integers", ErrReply)
+		err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, replyLen)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
-	r, err := parseReply(v, s.Limit.Burst, s.Want, false)
+	r, err := parseReply(v, s.Limit.Burst, s.Want, 0, false)
 	if err != nil {
 		return Result{}, fmt.Errorf("global: allow %q: %w", key, err)
 	}
@@ -216,19 +216,23 @@ func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
 	return res
 }
 
-// parseReply reads the script's reply {granted, tokens, now_us, reset, dup}
-// for a bucket of burst micro-tokens and a request of want, sent with a seq
-// if dedup (a reply without one cannot be a duplicate). It never panics:
-// anything else is an error wrapping ErrReply.
-func parseReply(v any, burst, want int64, dedup bool) (Reply, error) {
+// replyLen is the integers of the script's reply a key.
+const replyLen = 6
+
+// parseReply reads the script's reply {granted, tokens, now_us, reset, dup,
+// forgiven} for a bucket of burst micro-tokens, a request of want and a
+// charge of consumed, sent with a seq if dedup (a reply without one cannot
+// be a duplicate). It never panics: anything else is an error wrapping
+// ErrReply.
+func parseReply(v any, burst, want, consumed int64, dedup bool) (Reply, error) {
 	a, ok := v.([]any)
 	if !ok {
-		return Reply{}, fmt.Errorf("%w: got %T, want 5 integers", ErrReply, v)
+		return Reply{}, fmt.Errorf("%w: got %T, want %d integers", ErrReply, v, replyLen)
 	}
-	if len(a) != 5 {
-		return Reply{}, fmt.Errorf("%w: got %d values, want 5 integers", ErrReply, len(a))
+	if len(a) != replyLen {
+		return Reply{}, fmt.Errorf("%w: got %d values, want %d integers", ErrReply, len(a), replyLen)
 	}
-	var x [5]int64
+	var x [replyLen]int64
 	for i, e := range a {
 		n, ok := e.(int64)
 		if !ok {
@@ -236,7 +240,7 @@ func parseReply(v any, burst, want int64, dedup bool) (Reply, error) {
 		}
 		x[i] = n
 	}
-	granted, tokens, now, reset, dup := x[0], x[1], x[2], x[3], x[4]
+	granted, tokens, now, reset, dup, forgiven := x[0], x[1], x[2], x[3], x[4], x[5]
 	switch {
 	case granted < 0 || granted > want:
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
@@ -252,6 +256,8 @@ func parseReply(v any, burst, want int64, dedup bool) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: dup and reset both 1", ErrReply)
 	case dup == 1 && !dedup:
 		return Reply{}, fmt.Errorf("%w: dup 1 for a call without a seq", ErrReply)
+	case forgiven < 0 || forgiven > consumed || dup == 1 && forgiven != 0:
+		return Reply{}, fmt.Errorf("%w: forgiven %d is outside [0, consumed %d], or not 0 for a duplicate", ErrReply, forgiven, consumed)
 	}
-	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup == 1}, nil
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup == 1, Forgiven: forgiven}, nil
 }

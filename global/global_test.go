@@ -218,6 +218,7 @@ type settleCase struct {
 	s     global.Settlement
 
 	granted, tokens int64         // at the Redis time the state was written
+	forgiven        int64         // likewise, less what the bucket refilled since
 	ttl             time.Duration // likewise
 	keepTS          bool          // the stored ts stays the state's (clock went back)
 }
@@ -248,11 +249,11 @@ var settleCases = []settleCase{
 	{name: "return capped at burst", lim: slow, state: st(8*M, 0), s: global.Settlement{Returned: 5 * M},
 		tokens: 10 * M, ttl: time.Second},
 	{name: "debt floored at -burst", lim: slow, state: st(2*M, 0), s: global.Settlement{Consumed: 50 * M},
-		tokens: -10 * M, ttl: 2e10 * time.Millisecond},
+		tokens: -10 * M, forgiven: 38 * M, ttl: 2e10 * time.Millisecond},
 	{name: "debt floored at -Debt", lim: slow, state: st(2*M, 0), s: global.Settlement{Consumed: 50 * M, Debt: 30 * M},
-		tokens: -30 * M, ttl: 4e10 * time.Millisecond},
+		tokens: -30 * M, forgiven: 18 * M, ttl: 4e10 * time.Millisecond},
 	{name: "debt deeper than Debt stays", lim: slow, state: st(-20*M, 0), s: global.Settlement{Consumed: 5 * M},
-		tokens: -20 * M, ttl: 3e10 * time.Millisecond},
+		tokens: -20 * M, forgiven: 5 * M, ttl: 3e10 * time.Millisecond},
 	{name: "return before charge", lim: slow, state: st(9*M, 0), s: global.Settlement{Returned: 5 * M, Consumed: 5 * M},
 		tokens: 5 * M, ttl: 5e9 * time.Millisecond},
 	{name: "partial grant", lim: slow, state: st(3*M, 0), s: global.Settlement{Want: 5 * M, MinGrant: M},
@@ -329,6 +330,9 @@ func TestSettle(t *testing.T) {
 			if r.Granted < c.granted || r.Granted > c.granted+slack ||
 				r.Tokens < c.tokens || r.Tokens > c.tokens+slack {
 				t.Errorf("%s: Settle(%+v) = granted %d tokens %d, want %d %d (+%d)", c.name, c.s, r.Granted, r.Tokens, c.granted, c.tokens, slack)
+			}
+			if r.Forgiven > c.forgiven || r.Forgiven < c.forgiven-slack {
+				t.Errorf("%s: Settle(%+v) = forgiven %d, want %d (-%d)", c.name, c.s, r.Forgiven, c.forgiven, slack)
 			}
 			ttl := b.ttl(ctx, t, rkey)
 			lo := c.ttl

@@ -83,6 +83,12 @@ type Reply struct {
 	// It is negative while the bucket is in debt, and never below
 	// -MaxDebt.
 	Tokens int64
+	// Forgiven is the micro-tokens of Consumed that were not charged: the
+	// bucket was at -Debt, or below, already (see Settlement.Debt). What
+	// was forgiven is what the fleet may admit beyond B + R*T over a window
+	// that spans the consumption (docs/accuracy.md, "Outages and the
+	// debt").
+	Forgiven int64
 	// Now is the Redis time of the settlement.
 	Now time.Time
 	// Reset reports that Redis held something unreadable under the key
@@ -186,11 +192,11 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 		var a []any
 		switch {
 		case errors.Is(err, redis.Nil):
-			err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, 5*len(c.idx))
+			err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, replyLen*len(c.idx))
 		case err == nil:
 			var ok bool
-			if a, ok = v.([]any); !ok || len(a) != 5*len(c.idx) {
-				err = fmt.Errorf("%w: got %T of %d, want %d integers", ErrReply, v, len(a), 5*len(c.idx))
+			if a, ok = v.([]any); !ok || len(a) != replyLen*len(c.idx) {
+				err = fmt.Errorf("%w: got %T of %d, want %d integers", ErrReply, v, len(a), replyLen*len(c.idx))
 			}
 		case !isReply(err):
 			if failed == nil {
@@ -202,7 +208,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			s := &batch[j]
 			err := err
 			if err == nil {
-				replies[j], err = parseReply(a[5*k:5*k+5], s.Limit.Burst, s.Want, s.Seq > 0)
+				replies[j], err = parseReply(a[replyLen*k:replyLen*(k+1)], s.Limit.Burst, s.Want, s.Consumed, s.Seq > 0)
 			}
 			if err != nil {
 				replies[j] = Reply{Err: fmt.Errorf("global: settle %q: %w", s.Key, err)}

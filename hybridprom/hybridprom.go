@@ -86,6 +86,7 @@ type descs struct {
 	duplicates, doubtsExpired, resent                    *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
+	forgiven                                             *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
 	inFlight                                             *prometheus.Desc
@@ -125,6 +126,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		pressured:        desc("pressured_calls_total", "Redis calls that timed out while Redis answered others: a busy Redis, not counted as failures by the circuit breakers."),
 		losses:           desc("redis_losses_total", "Heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)."),
 		recharged:        desc("recharged_tokens_total", "Tokens charged again after Redis lost this instance's writes: what its settlements had taken since."),
+		forgiven:         desc("forgiven_tokens_total", "Tokens of consumption not charged, their buckets owing the debt's bound already (Config.MaxDebt): what the fleet may have admitted beyond the limit."),
 		batched:          desc("batched_settlements_total", "Settlements those round trips carried."),
 		keyErrors:        desc("settle_key_errors_total", "Key settlements that failed; what they carried was kept for a later round."),
 		uncertain:        desc("uncertain_settlements_total", "Settlements that got no reply, so may have been applied: each is sent again until a reply tells."),
@@ -174,7 +176,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.recharged,
-		d.transitions, d.breakerState, d.nodeState, d.degraded,
+		d.forgiven, d.transitions, d.breakerState, d.nodeState, d.degraded,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
 	} {
@@ -227,6 +229,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.pressured, r.Pressured)
 	counter(d.losses, r.Losses)
 	ch <- prometheus.MustNewConstMetric(d.recharged, prometheus.CounterValue, float64(r.Recharged)/1e6)
+	ch <- prometheus.MustNewConstMetric(d.forgiven, prometheus.CounterValue, float64(r.Forgiven)/1e6)
 	counter(d.batched, r.Batched)
 	counter(d.keyErrors, r.KeyErrors)
 	counter(d.uncertain, r.Uncertain)

@@ -52,8 +52,9 @@
 --            seq        the call's sequence number, an integer in [1, 2^53)
 --          consumed, returned, want and min_grant are integers below 2^53.
 --          Without instance and seq every call is applied.
--- returns  {granted, tokens, now_us, reset, dup} for each key, in the
---          order of KEYS, all integers (5 for one key, 5 * #KEYS in all):
+-- returns  {granted, tokens, now_us, reset, dup, forgiven} for each key, in
+--          the order of KEYS, all integers (6 for one key, 6 * #KEYS in
+--          all):
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
 --                       a multiple of quantum; for a duplicate, what the
 --                       call with the same seq granted, or 0 (see below)
@@ -63,6 +64,9 @@
 --                       type, garbled fields) and was replaced, else 0
 --            dup        1 if the call was a duplicate and changed nothing,
 --                       else 0; never 1 with reset 1
+--            forgiven   micro-tokens of consumed that step 3 did not charge,
+--                       the bucket being at -debt (or below) already: in
+--                       [0, consumed], 0 for a duplicate
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV (any key's), before
 --          anything is read. An error from Redis itself ends the call, and
 --          the keys before it may have been written.
@@ -81,7 +85,7 @@
 --   *. a duplicate (below) stops here: it writes nothing and replies the
 --      tokens of step 1, dup = 1
 --   2. t = min(burst, t + returned)
---   3. t = max(min(t, -debt), t - consumed)
+--   3. t = max(min(t, -debt), t - consumed); forgiven = what max dropped
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
@@ -484,6 +488,7 @@ for i = 1, nkeys do
 
   local granted = 0
   local dup = 0
+  local forgiven = 0
   if rs and seq <= rs then
     -- A duplicate changes nothing: it replies what it was granted the
     -- first time (0 if superseded since) and the tokens as refilled,
@@ -501,13 +506,18 @@ for i = 1, nkeys do
 
     -- 3. Consumption charged: it never sinks the bucket below -debt, and a
     -- bucket in deeper debt already (under a larger debt) stays where it is.
+    -- room and consumed - room are exact (room is below 2^51, consumed
+    -- below 2^53); t - consumed alone may not be.
     local floor = -debt
     if t < floor then
       floor = t
     end
-    t = t - consumed
-    if t < floor then
+    local room = t - floor
+    if consumed > room then
+      forgiven = consumed - room
       t = floor
+    else
+      t = t - consumed
     end
 
     -- 4. Grant a whole number of quanta; the rest of a quantum stays in t.
@@ -614,7 +624,7 @@ for i = 1, nkeys do
     end
   end
 
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = granted, t, now, reset, dup
-  o = o + 5
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = granted, t, now, reset, dup, forgiven
+  o = o + 6
 end
 return out

@@ -149,7 +149,7 @@ func (m model) refilled(now, rate, burst int64) int64 {
 
 // step applies one call at Redis time now and returns what the script must
 // reply and the TTL bounds in ms it must set.
-func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quantum, debt int64) (granted int64, ttlLo, ttlHi int64) {
+func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quantum, debt int64) (granted, forgiven int64, ttlLo, ttlHi int64) {
 	if !m.ok {
 		m.t, m.ts, m.ok = burst, now, true
 	}
@@ -167,7 +167,11 @@ func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quant
 		m.ts = now
 	}
 	m.t = min(burst, m.t+returned)
-	m.t = max(min(m.t, -debt), m.t-consumed)
+	floor := min(m.t, -debt)
+	if m.t-consumed < floor {
+		forgiven = floor - (m.t - consumed)
+	}
+	m.t = max(floor, m.t-consumed)
 	granted = min(want, max(m.t, 0))
 	granted -= granted % quantum
 	if granted < minGrant {
@@ -191,7 +195,7 @@ func (m *model) step(now, rate, burst, consumed, returned, want, minGrant, quant
 		ttlHi += skew
 	}
 	clamp := func(v int64) int64 { return min(max(v, 1000), 1<<43) }
-	return granted, clamp(ttlLo), clamp(ttlHi)
+	return granted, forgiven, clamp(ttlLo), clamp(ttlHi)
 }
 
 // seqCall is a call with a seq, as it was sent.
@@ -340,10 +344,10 @@ func TestSettleModel(t *testing.T) {
 					t.Fatalf("step %d: EVAL: %v", i, err)
 				}
 				a := v.([]any)
-				if len(a) != 5 {
-					t.Fatalf("step %d: reply %v, want 5 integers", i, a)
+				if len(a) != 6 {
+					t.Fatalf("step %d: reply %v, want 6 integers", i, a)
 				}
-				got := [5]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[4].(int64)}
+				got := [6]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[4].(int64), a[5].(int64)}
 				if got[3] != 0 {
 					t.Fatalf("key %d step %d: reset = %d on a readable bucket, want 0", k, i, got[3])
 				}
@@ -356,7 +360,7 @@ func TestSettleModel(t *testing.T) {
 					}
 					a := call.args
 					tokens := m.refilled(got[2], a[0].(int64), a[1].(int64))
-					if got[0] != granted || got[1] != tokens || got[4] != 1 {
+					if got[0] != granted || got[1] != tokens || got[4] != 1 || got[5] != 0 {
 						t.Fatalf("key %d step %d: seq %d of %s sent again (last %d, granted %d): reply %v, want {%d, %d, now, 0, 1}",
 							k, i, call.seq, call.instance, rec.seq, rec.granted, got, granted, tokens)
 					}
@@ -373,10 +377,10 @@ func TestSettleModel(t *testing.T) {
 					t.Fatalf("key %d step %d: reply %v, dup 1 for a call that is none", k, i, got)
 				}
 				before := m
-				granted, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt)
-				if got[0] != granted || got[1] != m.t {
-					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d, debt %d:\ngot granted %d tokens %d, want %d %d",
-						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt, got[0], got[1], granted, m.t)
+				granted, forgiven, ttlLo, ttlHi := m.step(got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt)
+				if got[0] != granted || got[1] != m.t || got[5] != forgiven {
+					t.Fatalf("key %d step %d: state %+v, now %d, rate %d, burst %d, consumed %d, returned %d, want %d, min %d, quantum %d, debt %d:\ngot granted %d tokens %d forgiven %d, want %d %d %d",
+						k, i, before, got[2], rate, burst, consumed, returned, want, minGrant, quantum, debt, got[0], got[1], got[5], granted, m.t, forgiven)
 				}
 				if call.args != nil {
 					call.granted = granted
@@ -633,11 +637,12 @@ func TestSettleDebt(t *testing.T) {
 			name             string
 			consumed, debt   int64
 			tokens, ttlLoSec int64
+			forgiven         int64 // less what a real clock refilled between calls
 		}{
-			{"charged in full within the debt", 35 * M, 30 * M, -25 * M, 35},
-			{"floored at -debt", 10 * M, 30 * M, -30 * M, 40},
-			{"a smaller debt forgives nothing already owed", 5 * M, 10 * M, -30 * M, 40},
-			{"no debt, nothing charged: stays", 0, 0, -30 * M, 40},
+			{"charged in full within the debt", 35 * M, 30 * M, -25 * M, 35, 0},
+			{"floored at -debt", 10 * M, 30 * M, -30 * M, 40, 5 * M},
+			{"a smaller debt forgives nothing already owed, and charges nothing more", 5 * M, 10 * M, -30 * M, 40, 5 * M},
+			{"no debt, nothing charged: stays", 0, 0, -30 * M, 40, 0},
 		}
 		const key = "{debt}"
 		for _, s := range steps {
@@ -646,14 +651,17 @@ func TestSettleDebt(t *testing.T) {
 			if v[1] < s.tokens || v[1] > s.tokens+M/10 {
 				t.Errorf("%s: tokens %d, want %d", s.name, v[1], s.tokens)
 			}
+			if v[5] > s.forgiven || v[5] < s.forgiven-M/10 {
+				t.Errorf("%s: forgiven %d, want %d", s.name, v[5], s.forgiven)
+			}
 			if ttl := pttl(ctx, t, b, key); ttl < s.ttlLoSec*1000-1000 || ttl > s.ttlLoSec*1000 {
 				t.Errorf("%s: TTL %d ms, want about %d s: until the bucket is full", s.name, ttl, s.ttlLoSec)
 			}
 		}
 		// The burst as the debt: the bound the script had before it took one.
 		v := eval1(ctx, t, b.rdb, "{burst}", M, 10*M, 35*M, 0, 0, 0, 1, 10*M)
-		if v[1] < -10*M || v[1] > -10*M+M/10 {
-			t.Errorf("debt = burst: tokens %d, want -10 tokens", v[1])
+		if v[1] < -10*M || v[1] > -10*M+M/10 || v[5] != 15*M {
+			t.Errorf("debt = burst: tokens %d, forgiven %d; want -10 tokens, 15 forgiven", v[1], v[5])
 		}
 		if b.m == nil {
 			return
@@ -668,11 +676,11 @@ func TestSettleDebt(t *testing.T) {
 
 // eval1 runs the script on key with args as they are (the 8 or 10 of one
 // key) and returns its reply.
-func eval1(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [5]int64 {
+func eval1(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [6]int64 {
 	t.Helper()
 	v, err := rdb.Eval(ctx, lua.Settle, []string{key}, args...).Int64Slice()
-	if err != nil || len(v) != 5 {
-		t.Fatalf("EVAL %v = %v, %v; want 5 integers", args, v, err)
+	if err != nil || len(v) != 6 {
+		t.Fatalf("EVAL %v = %v, %v; want 6 integers", args, v, err)
 	}
-	return [5]int64(v)
+	return [6]int64(v)
 }

@@ -195,12 +195,16 @@ func (j *journal) unpin(now int64, span time.Duration, outages int32) {
 // Took records what s, a settlement of a key of sp that a caller sent
 // itself through SettleNow (an Exact decision), took out of its bucket, as
 // its reply rep tells: if Redis loses that write, the instance charges it
-// again (see witnessed).
+// again (see witnessed). It counts what the settlement's charge forgave
+// (Stats.Forgiven).
 //
 // On a Redis Cluster the entry names the node the key's bucket is on now,
 // which answered the settlement (unless the layout changed in between): a
 // replica promoted in a master's place keeps what it answered itself.
 func (r *Reconciler) Took(sp *Spec, s *global.Settlement, rep *global.Reply) {
+	if rep.Forgiven > 0 {
+		r.stats.forgiven.Add(uint64(rep.Forgiven))
+	}
 	node := ""
 	if r.router != nil && rep.Err == nil {
 		node = r.router.Node(done, s.Key)

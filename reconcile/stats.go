@@ -25,6 +25,7 @@ type counters struct {
 	localAllowed           atomic.Uint64
 	batches, batched       atomic.Uint64
 	losses, recharged      atomic.Uint64
+	forgiven               atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
 	heard                  atomic.Int64 // live instances the last heartbeat counted
@@ -68,6 +69,7 @@ type Stats struct {
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
 	Recharged       uint64        // micro-tokens charged again after those losses: what this instance's settlements had taken since
+	Forgiven        uint64        // micro-tokens of consumption this instance's settlements did not charge, their buckets owing Config.MaxDebt's bound already: what the fleet may have admitted beyond B + R*T
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -137,6 +139,7 @@ func (r *Reconciler) Stats() Stats {
 		Batched:         r.stats.batched.Load(),
 		Losses:          r.stats.losses.Load(),
 		Recharged:       r.stats.recharged.Load(),
+		Forgiven:        r.stats.forgiven.Load(),
 		LocalAllowed:    r.stats.localAllowed.Load(),
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),
