@@ -342,17 +342,23 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
 		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1),
 		res.losses, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
-	// Lease: B + R*T, and 5% of it for what the -B floor forgives: the
-	// fallback's consumption and the lost writes charged again can sink a
-	// bucket further, and a lease granted before every instance's charge
-	// lands comes out of the difference (measured: -12.6% to +0.8% over
-	// 25 runs of the three lease cases, +2.1% once under -race; the
+	// Lease: B + R*T, and what the fleet's charges forgave at the debt's
+	// bound (docs/accuracy.md, "Outages and the debt": the fallback's
+	// consumption and the lost writes charged again can sink a bucket
+	// further than -B, and a lease granted before every instance's charge
+	// lands comes out of the difference), and the debt the run may end in,
+	// B at most: the bound holds for windows that end once it is repaid.
+	// Measured on a Sentinel set: -15.0% to +4.6% of B + R*T over 42 runs
+	// of the kill (864 to 2,239 tokens forgiven in those that counted it),
+	// the handover -4.1% to +0.7% and the lagging replica -6.0% to +2.4%
+	// over 12 runs each (2,508 to 4,167 forgiven) (the
 	// handover was +32% before the lost writes were charged again, the kill
 	// up to +4% before the fleet settled up for two rounds after the
 	// breakers closed).
+	forgiven := float64(res.forgiven) / 1e6
 	switch {
-	case lim.Mode == hybrid.Lease && float64(admitted) > 1.05*bound:
-		t.Errorf("lease admitted %d over %v, above B + R*T %.0f and 5%%", admitted, span, bound)
+	case lim.Mode == hybrid.Lease && float64(admitted) > bound+forgiven+float64(lim.Burst):
+		t.Errorf("lease admitted %d over %v, above B + R*T %.0f, the %.0f tokens forgiven and a burst of debt", admitted, span, bound, forgiven)
 	case lim.Mode == hybrid.Optimistic && float64(admitted) > bound+res.overshoot:
 		t.Errorf("optimistic admitted %d over %v, above B + R*T %.0f + its bound %.0f", admitted, span, bound, res.overshoot)
 	}
