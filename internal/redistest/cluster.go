@@ -23,8 +23,12 @@ const (
 	defaultNodeTimeout = 5 * time.Second
 	// busOffset is the distance from a node's port to its cluster bus port.
 	busOffset = 10000
-	// createTimeout bounds redis-cli --cluster create.
-	createTimeout = 60 * time.Second
+	// createTimeout bounds redis-cli --cluster create, once.
+	createTimeout = 30 * time.Second
+	// createAttempts is how many clusters StartCluster starts, on new
+	// ports each, before it gives up: a join can hang on a bus port that
+	// something took between the check and the bind.
+	createAttempts = 3
 	// clusterTimeout bounds the wait for every node to report cluster_state:ok.
 	clusterTimeout = 30 * time.Second
 )
@@ -58,6 +62,11 @@ type ClusterProc struct {
 // replicates which master: Masters, Replicas and ReplicaOf read it back. The
 // caller must call Stop.
 //
+// A cluster whose join fails or hangs past 30 s is stopped, and another is
+// started on other ports, three times at most: under load, a bus port found
+// free was once taken before its node bound it (or so it looked: redis-cli
+// waited a minute for the nodes to join, and was killed).
+//
 // Measured on 2 cores (Redis 7.0): six nodes start in about 2.1 s, as three
 // do, nearly all of it redis-cli waiting in one-second steps for the nodes to
 // agree.
@@ -76,7 +85,6 @@ func StartCluster(opts ClusterOptions) (*ClusterProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	c := &ClusterProc{}
 	args := []string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
@@ -89,23 +97,51 @@ func StartCluster(opts ClusterOptions) (*ClusterProc, error) {
 		args = append(args, "--repl-diskless-sync-delay", "0")
 	}
 	args = append(args, opts.Args...)
+	var errs []error
+	for range createAttempts {
+		c, err := startCluster(opts, cli, args)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if errors.Is(err, errNodeStart) {
+			break // start retries ports itself: another attempt would fail alike
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// errNodeStart marks a cluster whose nodes did not start.
+var errNodeStart = errors.New("a node did not start")
+
+// joinCluster runs redis-cli --cluster create on the nodes at addrs, with
+// replicas replicas a master, within ctx, and returns its output. A test
+// makes it fail.
+var joinCluster = func(ctx context.Context, cli string, addrs []string, replicas int) ([]byte, error) {
+	create := []string{"--cluster", "create"}
+	create = append(create, addrs...)
+	create = append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	cmd := exec.CommandContext(ctx, cli, create...)
+	cmd.SysProcAttr = sysProcAttr()
+	return cmd.CombinedOutput()
+}
+
+// startCluster is one attempt of StartCluster: the nodes with args, joined
+// by cli, or none running and an error.
+func startCluster(opts ClusterOptions, cli string, args []string) (*ClusterProc, error) {
+	c := &ClusterProc{}
 	for range clusterNodes * (1 + opts.Replicas) {
 		p, err := start(Options{Args: args}, freeClusterPort)
 		if err != nil {
 			c.Stop()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errNodeStart, err)
 		}
 		c.nodes = append(c.nodes, p)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
-	create := []string{"--cluster", "create"}
-	create = append(create, c.Addrs()...)
-	create = append(create, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
-	cmd := exec.CommandContext(ctx, cli, create...)
-	cmd.SysProcAttr = sysProcAttr()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := joinCluster(ctx, cli, c.Addrs(), opts.Replicas); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w; output:\n%s", err, bytes.TrimSpace(out))
 	}
