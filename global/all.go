@@ -42,11 +42,11 @@ func (l *Limiter) SettleAll(ctx context.Context, batch []Settlement, replies []R
 			return fmt.Errorf("global: settle all %q: %w", s.Key, err)
 		}
 		k := l.Key(s.Key)
-		if s.Consumed != 0 || s.Returned != 0 || s.Seq != 0 || slices.Contains(keys, k) {
+		if s.Consumed != 0 || s.Returned != 0 || s.Seq != 0 || !s.Since.IsZero() || slices.Contains(keys, k) {
 			return fmt.Errorf("global: settle all %q: %w: decisions alone, each key once", s.Key, ErrInvalidCost)
 		}
 		keys = append(keys, k)
-		args = s.appendArgs10(args)
+		args = s.appendArgsN(args, 10)
 	}
 	args = append(args, "all")
 	v, err := l.script.Run(ctx, l.rdb, keys, args...).Result()

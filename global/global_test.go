@@ -141,6 +141,11 @@ func TestSettleInvalid(t *testing.T) {
 		{"instance not ASCII", global.Settlement{Key: "k", Limit: lim, Instance: "é", Seq: 1}, global.ErrInvalidKey},
 		{"seq negative", global.Settlement{Key: "k", Limit: lim, Instance: "a", Seq: -1}, global.ErrInvalidKey},
 		{"seq 2^53", global.Settlement{Key: "k", Limit: lim, Instance: "a", Seq: 1 << 53}, global.ErrInvalidKey},
+		{"since without a seq", global.Settlement{Key: "k", Limit: lim, Since: time.Unix(5, 0)}, global.ErrInvalidKey},
+		{"since before 1970", global.Settlement{Key: "k", Limit: lim, Instance: "a", Seq: 1, Since: time.Unix(-5, 0)}, global.ErrInvalidKey},
+		{"claim above consumed", global.Settlement{Key: "k", Limit: lim, Consumed: M, Claim: M + 1, Instance: "a", Seq: 1, Since: time.Unix(5, 0)}, global.ErrInvalidCost},
+		{"claim negative", global.Settlement{Key: "k", Limit: lim, Claim: -1, Instance: "a", Seq: 1, Since: time.Unix(5, 0)}, global.ErrInvalidCost},
+		{"claim without since", global.Settlement{Key: "k", Limit: lim, Consumed: M, Claim: M, Instance: "a", Seq: 1}, global.ErrInvalidCost},
 	}
 	b := newMiniredis(t)
 	l := newLimiter(t, b)

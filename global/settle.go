@@ -65,6 +65,19 @@ type Settlement struct {
 	// is sent again for a few minutes at most, and then replaced by a new
 	// one (a new Seq) that charges its Consumed and gives nothing back.
 	Seq int64
+	// Since marks Consumed as the late charge of admissions made while this
+	// caller could not reach Redis: the Redis time its outage began (the
+	// zero Time: none). It needs a Seq.
+	Since time.Time
+	// Claim is what of Consumed, at most, is not charged if the bucket lost
+	// that much refill at its burst while nobody wrote it through the
+	// outage (and other charges of the outage did not claim it first), in
+	// micro-tokens: the refill the caller's own share of the bucket kept
+	// while it was spent below its burst, which a bucket that saw the
+	// admissions in time would have kept too. A bucket written during the
+	// outage (a partial one: others reached it) credits nothing. 0 unless
+	// Since is set; at most Consumed.
+	Claim int64
 }
 
 // MaxInstance is the longest Settlement.Instance, in bytes.
@@ -163,10 +176,11 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	}
 	for i := range calls {
 		// The command whole, made here once: EVALSHA, the script's hash,
-		// the keys and their arguments (a call of one key takes the 8 or 10
-		// of Settlement.appendArgs, one of many 10 each).
+		// the keys and their arguments (a call of one key takes the 8, 10
+		// or 12 of Settlement.appendArgs, one of many 10 each, or 12 each
+		// if one of its keys has a Since).
 		c := &calls[i]
-		c.args = getArgs(3 + 11*len(c.idx))
+		c.args = getArgs(3 + 13*len(c.idx))
 		c.args = append(c.args, "evalsha", l.script.Hash(), len(c.idx))
 		for _, j := range c.idx {
 			c.args = append(c.args, l.Key(batch[j].Key))
@@ -175,8 +189,14 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			c.args = batch[c.idx[0]].appendArgs(c.args)
 			continue
 		}
+		stride := 10
 		for _, j := range c.idx {
-			c.args = batch[j].appendArgs10(c.args)
+			if !batch[j].Since.IsZero() {
+				stride = 12
+			}
+		}
+		for _, j := range c.idx {
+			c.args = batch[j].appendArgsN(c.args, stride)
 		}
 	}
 	l.send(ctx, calls, func(c *call) bool { return true })
@@ -242,7 +262,7 @@ func getArgs(n int) []any {
 // keeps no command after the pipeline's Exec returns), cleared so that it
 // holds no key.
 func putArgs(a []any) {
-	if cap(a) == 0 || cap(a) > 3+11*maxCallKeys {
+	if cap(a) == 0 || cap(a) > 3+13*maxCallKeys {
 		return
 	}
 	clear(a[:cap(a)])
@@ -296,26 +316,40 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 }
 
 // args returns the script's ARGV for s: 8 values, then Instance and Seq if
-// s has a Seq.
+// s has a Seq, then its since and Claim if it has a Since.
 func (s *Settlement) args() []any { return s.appendArgs(nil) }
 
 // appendArgs appends args() to a.
 func (s *Settlement) appendArgs(a []any) []any {
-	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1), s.debt())
-	if s.Seq > 0 {
-		a = append(a, s.Instance, s.Seq)
+	switch {
+	case !s.Since.IsZero():
+		return s.appendArgsN(a, 12)
+	case s.Seq > 0:
+		return s.appendArgsN(a, 10)
 	}
-	return a
+	return s.appendArgsN(a, 8)
 }
 
-// appendArgs10 appends the script's 10 arguments for s to a, as a call of
-// many keys takes them: without a Seq, an empty instance and seq 0.
-func (s *Settlement) appendArgs10(a []any) []any {
+// appendArgsN appends the script's first n arguments for s (8, 10 or 12)
+// to a, as a call of many keys takes them (10 or 12 each): without a Seq,
+// an empty instance and seq 0; without a Since, since 0 and claim 0.
+func (s *Settlement) appendArgsN(a []any, n int) []any {
 	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1), s.debt())
-	if s.Seq > 0 {
-		return append(a, s.Instance, s.Seq)
+	if n >= 10 {
+		if s.Seq > 0 {
+			a = append(a, s.Instance, s.Seq)
+		} else {
+			a = append(a, "", 0)
+		}
 	}
-	return append(a, "", 0)
+	if n == 12 {
+		if s.Since.IsZero() {
+			a = append(a, 0, 0)
+		} else {
+			a = append(a, s.Since.UnixMicro(), s.Claim)
+		}
+	}
+	return a
 }
 
 // debt returns s.Debt, or the burst for 0.
@@ -365,6 +399,12 @@ func (s *Settlement) check() error {
 	}
 	if s.Seq > 0 && !validInstance(s.Instance) {
 		return fmt.Errorf("%w: instance %.80q is not 1 to %d bytes of [0-9A-Za-z_.-]", ErrInvalidKey, s.Instance, MaxInstance)
+	}
+	if !s.Since.IsZero() && (s.Seq == 0 || s.Since.UnixMicro() < 1 || s.Since.UnixMicro() > maxAmount) {
+		return fmt.Errorf("%w: since %v needs a seq, and a time after 1970 in microseconds below 2^53", ErrInvalidKey, s.Since)
+	}
+	if s.Claim < 0 || s.Claim > s.Consumed || s.Claim > 0 && s.Since.IsZero() {
+		return fmt.Errorf("%w: claim %d micro-tokens is outside [0, consumed %d], or has no since", ErrInvalidCost, s.Claim, s.Consumed)
 	}
 	return nil
 }

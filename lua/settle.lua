@@ -20,6 +20,8 @@
 --                          that instance applied to this key, what it
 --                          granted and the Redis time it was applied at
 --            p             the number of fields after the last prune
+--            o             "<pool> <end_us>": an outage's pool (see
+--                          since), while some of it is left
 --          and stays one until it expires (a call without a seq keeps its
 --          records). A missing key is a full bucket with no records. A key
 --          that holds another type, a string that is not "<t> <ts>", or a
@@ -28,9 +30,11 @@
 --          stays stuck. An unreadable q: record counts as no record, and an
 --          unreadable or missing p as 0; neither is a reset.
 -- ARGV     for one key: rate, burst, consumed, returned, want, min_grant,
---          quantum, debt and, to de-duplicate, instance and seq (8 or 10
---          arguments); for more keys, the 10 arguments of each in the order
---          of KEYS, where instance "" and seq 0 stand for no de-duplication;
+--          quantum, debt and, to de-duplicate, instance and seq, and then
+--          for an outage's charge since and claim (8, 10 or 12 arguments);
+--          for more keys, the 10 or 12 arguments of each in the order of
+--          KEYS, where instance "" and seq 0 stand for no de-duplication
+--          (and since 0, claim 0 for no outage);
 --          or the 10 arguments of each key and then the string "all": all or
 --          nothing, for decisions alone (consumed and returned 0, no seq,
 --          each key once): if one key's bucket cannot grant its min_grant,
@@ -50,6 +54,15 @@
 --                       integer in [0, 2^50]
 --            instance   who sends the call: 1 to 64 bytes of [0-9A-Za-z_.-]
 --            seq        the call's sequence number, an integer in [1, 2^53)
+--            since      the Redis time, in microseconds, at which the
+--                       outage whose admissions consumed charges began
+--                       (0: none), an integer in [0, 2^53); needs a seq
+--            claim      micro-tokens of consumed not to charge out of the
+--                       outage's pool (0 without a since), an integer in
+--                       [0, consumed]: the refill the caller's own share
+--                       of the bucket kept during the outage because it
+--                       was spent below its burst (what a bucket that saw
+--                       those admissions would have kept too)
 --          consumed, returned, want and min_grant are integers below 2^53.
 --          Without instance and seq every call is applied.
 -- returns  {granted, tokens, now_us, reset, dup, forgiven} for each key, in
@@ -85,6 +98,18 @@
 --   *. a duplicate (below) stops here: it writes nothing and replies the
 --      tokens of step 1, dup = 1
 --   2. t = min(burst, t + returned)
+--  2b. with a since: the pool (o) is opened if the bucket was last
+--      written at or before since, with the refill step 1 lost at the
+--      burst since then (nobody wrote it through the outage, so none of the
+--      outage's admissions were in it: a bucket that saw them would have
+--      kept that refill), or if the key was missing (it expired once full),
+--      with the refill since since less the burst (what it lost had it
+--      held nothing then: a bucket in use); else the pool an earlier call opened is the call's if that
+--      call came after since (its outage overlapped the gap), else there is
+--      none. credit = min(claim, pool) is taken out of consumed and out of
+--      the pool, which is written back while some is left (deleted once
+--      drawn). A bucket written through this call's outage has no pool
+--      for it: a charge of a partial outage is charged in full
 --   3. t = max(min(t, -debt), t - consumed); forgiven = what max dropped
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
@@ -176,21 +201,25 @@ if all then
   if nkeys == 0 or nkeys > MAX_KEYS then
     return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
   end
-elseif nkeys == 1 and (nargs == 8 or nargs == 10) then
+elseif nkeys == 1 and (nargs == 8 or nargs == 10 or nargs == 12) then
   stride, empty = nargs, false
 elseif nkeys == 1 then
-  return redis.error_reply('ERR hybrid: want 8 arguments (rate, burst, consumed, returned, want, min_grant, quantum, debt) or 10 (then instance, seq), got ' .. nargs)
+  return redis.error_reply('ERR hybrid: want 8 arguments (rate, burst, consumed, returned, want, min_grant, quantum, debt), 10 (then instance, seq) or 12 (then since, claim), got ' .. nargs)
 elseif nkeys == 0 or nkeys > MAX_KEYS then
   return redis.error_reply('ERR hybrid: want 1 to ' .. MAX_KEYS .. ' keys, got ' .. nkeys)
+elseif nargs == 12 * nkeys then
+  stride = 12
 elseif nargs ~= 10 * nkeys then
-  return redis.error_reply('ERR hybrid: want 10 arguments a key for ' .. nkeys .. ' keys, got ' .. nargs)
+  return redis.error_reply('ERR hybrid: want 10 or 12 arguments a key for ' .. nkeys .. ' keys, got ' .. nargs)
 end
 
 -- Every call is read and checked before any key is touched: a call of many
 -- keys with one bad part changes nothing. A holds the numbers of key i from
 -- A[stride * (i - 1) + 1]: the eight numbers, then the instance and seq, or
--- false and false for none.
+-- false and false for none. SINCE[i] and CLAIM[i] are key i's since and
+-- claim, nil when the call has none (a call of 8 or 10 arguments a key).
 local A = {}
+local SINCE, CLAIM = {}, {}
 -- Numbers read already, limits, amounts and debts apart (their bounds
 -- differ), for a call of many keys: they share most of their arguments (a
 -- limit, a cost, zeros), and a table lookup of a string costs less than
@@ -237,7 +266,7 @@ for i = 1, nkeys do
     A[base + j] = v
   end
   A[base + 9], A[base + 10] = false, false
-  if not err and stride == 10 then
+  if not err and stride >= 10 then
     local instance, seq = ARGV[base + 9], ARGV[base + 10]
     if not (empty and instance == '' and seq == '0') then
       if instance ~= valid then
@@ -257,6 +286,21 @@ for i = 1, nkeys do
           A[base + 9], A[base + 10] = instance, v
         end
       end
+    end
+  end
+  if not err and stride == 12 then
+    local since, claim = tonumber(ARGV[base + 11]), tonumber(ARGV[base + 12])
+    if since == nil or not (since >= 0 and since <= MAX_AMOUNT) or since % 1 ~= 0 then
+      err = 'since ' .. tostring(ARGV[base + 11]) .. ' is not an integer in [0, ' ..
+        format('%.0f', MAX_AMOUNT) .. ']'
+    elseif claim == nil or not (claim >= 0 and claim <= A[base + 3]) or claim % 1 ~= 0 then
+      err = 'claim ' .. tostring(ARGV[base + 12]) .. ' is not an integer in [0, consumed]'
+    elseif since > 0 and not A[base + 9] then
+      err = 'since needs an instance and seq'
+    elseif claim > 0 and since == 0 then
+      err = 'claim needs a since'
+    else
+      SINCE[i], CLAIM[i] = since, claim
     end
   end
   if all and not err then
@@ -311,6 +355,29 @@ local function refill(t, ts, now, rate, burst)
     ts = now
   end
   return t, ts
+end
+
+-- gain returns the micro-tokens a bucket refills in e microseconds (e >= 0)
+-- at rate, uncapped, at most MAX_AMOUNT: as refill computes it.
+local function gain(e, rate)
+  local es = floor(e / MICRO)
+  local eu = e - es * MICRO
+  if eu < 0 then
+    es, eu = es - 1, eu + MICRO
+  elseif eu >= MICRO then
+    es, eu = es + 1, eu - MICRO
+  end
+  local add = es * rate
+  if add >= MAX_AMOUNT then
+    return MAX_AMOUNT
+  end
+  local rq = floor(rate / MICRO)
+  local rr = rate - rq * MICRO
+  add = add + eu * rq + floor(eu * rr / MICRO)
+  if add > MAX_AMOUNT then
+    return MAX_AMOUNT
+  end
+  return add
 end
 
 -- record parses a q: record "<seq> <granted> <now_us>" into its three
@@ -395,6 +462,7 @@ for i = 1, nkeys do
     A[base + 1], A[base + 2], A[base + 3], A[base + 4], A[base + 5], A[base + 6], A[base + 7]
   local debt = A[base + 8]
   local instance, seq = A[base + 9], A[base + 10]
+  local since, claim = SINCE[i] or 0, CLAIM[i] or 0
 
   -- 0. The state, as a string or as a hash. Anything unreadable is replaced
   -- by a full bucket rather than left stuck: a key of another type, a
@@ -410,8 +478,12 @@ for i = 1, nkeys do
   local p, rs, rg = 0, nil, nil -- p and the record's seq and granted
   local rfield = instance and ('q:' .. instance)
   local state -- an HMGET reply
-  if rfield then
+  if since > 0 then
+    state = rpcall('HMGET', key, 't', 'ts', 'p', rfield, 'o')
+  elseif rfield then
     state = rpcall('HMGET', key, 't', 'ts', 'p', rfield)
+  end
+  if state then
     if state.err and find(state.err, 'WRONGTYPE', 1, true) then
       state = nil
       form = 'string'
@@ -454,7 +526,7 @@ for i = 1, nkeys do
         -- the write: the key is missing if it then holds what was written
         -- alone. A call without a record reads a hash only when the key
         -- exists.
-        if state[1] or state[2] or state[3] or state[4] or not rfield then
+        if state[1] or state[2] or state[3] or state[4] or state[5] or not rfield then
           reset = 1
         else
           form, missing = nil, true
@@ -475,6 +547,7 @@ for i = 1, nkeys do
   -- The bucket is written as a string unless the call has a record, or the
   -- key is a readable hash, whose records it keeps.
   local str = not rfield and (form ~= 'hash' or reset == 1)
+  local fresh = t == nil and reset == 0 -- missing: full, since when is not known
   if t == nil then
     t, ts = burst, now
   end
@@ -482,6 +555,44 @@ for i = 1, nkeys do
     t = burst -- the burst was lowered since the last write
   elseif t < -MAX_LIMIT then
     t = -MAX_LIMIT -- deeper than any debt: not the script's
+  end
+
+  -- The outage's pool: the refill the bucket lost at its burst while
+  -- nobody wrote it, which the late charges of an outage's admissions may
+  -- claim back. A call whose outage began after the bucket's last write
+  -- (or that finds it missing: expired once full) opens it; a later call
+  -- draws on the one an earlier call opened if its own outage began before
+  -- that call.
+  local pool, pend, hadPool = 0, 0, false
+  if since > 0 then
+    local old = form == 'hash' and reset == 0 and state and state[5]
+    local op, oe
+    if old then
+      hadPool = true
+      op, oe = match(old, '^(%d+) (%d+)$')
+      op, oe = tonumber(op), tonumber(oe)
+    end
+    if fresh then
+      -- Expired once full: the refill since, as if it held nothing at
+      -- since (a bucket in use; one that held more lost less, and is not
+      -- credited all of it).
+      if now > since then
+        pool, pend = gain(now - since, rate) - burst, now
+        if pool < 0 then
+          pool = 0
+        end
+      end
+    elseif reset == 0 and ts <= since then
+      if now > ts then
+        pool = gain(now - ts, rate) - (burst - t) -- exact: below 2^53 and 2^51
+        if pool < 0 then
+          pool = 0
+        end
+      end
+      pend = now
+    elseif op and oe and op <= MAX_AMOUNT and since < oe then
+      pool, pend = op, oe
+    end
   end
   -- 1. Refill for the time since ts.
   t, ts = refill(t, ts, now, rate, burst)
@@ -502,6 +613,13 @@ for i = 1, nkeys do
     t = t + returned
     if t > burst then
       t = burst
+    end
+
+    -- 2b. The outage's credit: what the call claims of consumed, as far as
+    -- the pool holds it, is not charged.
+    if claim > 0 and pool > 0 then
+      local credit = mmin(claim, pool)
+      consumed, pool = consumed - credit, pool - credit
     end
 
     -- 3. Consumption charged: it never sinks the bucket below -debt, and a
@@ -566,9 +684,19 @@ for i = 1, nkeys do
         rcall('DEL', key)
       end
       local rec, written = nil, 2
-      if rfield then
+      local pv -- the pool's field, if it is kept
+      if pool > 0 then
+        pv = format('%.0f %.0f', pool, pend)
+      end
+      if pv then
+        rec, written = format('%.0f %.0f %.0f', seq, granted, now), 4
+        rcall('HSET', key, 't', st, 'ts', sts, rfield, rec, 'o', pv)
+      elseif rfield then
         rec, written = format('%.0f %.0f %.0f', seq, granted, now), 3
         rcall('HSET', key, 't', st, 'ts', sts, rfield, rec)
+        if hadPool then
+          rcall('HDEL', key, 'o') -- drawn, or of an outage that ended before this call's
+        end
       else
         rcall('HSET', key, 't', st, 'ts', sts)
       end
@@ -583,7 +711,9 @@ for i = 1, nkeys do
         -- unreadable. The step was the same on a full bucket.
         reset = 1
         rcall('DEL', key)
-        if rfield then
+        if pv then
+          rcall('HSET', key, 't', st, 'ts', sts, rfield, rec, 'o', pv)
+        elseif rfield then
           rcall('HSET', key, 't', st, 'ts', sts, rfield, rec)
         else
           rcall('HSET', key, 't', st, 'ts', sts)

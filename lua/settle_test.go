@@ -48,6 +48,9 @@ func TestSettleRejectsArguments(t *testing.T) {
 	seq := func(instance, seq string) []string {
 		return append(append([]string(nil), ok...), instance, seq)
 	}
+	outage := func(instance, seq, since, claim string) []string {
+		return append(append([]string(nil), ok...), instance, seq, since, claim)
+	}
 	tests := []struct {
 		name string
 		keys []string
@@ -55,8 +58,8 @@ func TestSettleRejectsArguments(t *testing.T) {
 		want string // in the error
 	}{
 		{"no key", nil, ok, "want 1 to 1000 keys, got 0"},
-		{"two keys, 8 args", []string{"{a}x", "{a}y"}, ok, "want 10 arguments a key for 2 keys, got 8"},
-		{"two keys, 10 args", []string{"{a}x", "{a}y"}, seq("a", "1"), "want 10 arguments a key for 2 keys, got 10"},
+		{"two keys, 8 args", []string{"{a}x", "{a}y"}, ok, "want 10 or 12 arguments a key for 2 keys, got 8"},
+		{"two keys, 10 args", []string{"{a}x", "{a}y"}, seq("a", "1"), "want 10 or 12 arguments a key for 2 keys, got 10"},
 		{"two keys, bad second", []string{"{a}x", "{a}y"}, append(seq("a", "1"), append(with(1, "0"), "", "0")...), "key 2: burst"},
 		{"two keys, bad first", []string{"{a}x", "{a}y"}, append(seq("a", "0"), seq("", "0")...), "key 1: seq 0"},
 		{"two keys, no instance with a seq", []string{"{a}x", "{a}y"}, append(seq("", "0"), seq("", "3")...), "key 2: instance of 0 bytes"},
@@ -65,7 +68,17 @@ func TestSettleRejectsArguments(t *testing.T) {
 		{"five args", []string{"k"}, ok[:5], "want 8 arguments"},
 		{"seven args, no debt", []string{"k"}, ok[:7], "want 8 arguments"},
 		{"nine args", []string{"k"}, append(with(0, "1"), "1"), "want 8 arguments"},
-		{"eleven args", []string{"k"}, append(seq("a", "1"), "1"), "or 10 (then instance, seq), got 11"},
+		{"eleven args", []string{"k"}, append(seq("a", "1"), "1"), "or 12 (then since, claim), got 11"},
+		{"thirteen args", []string{"k"}, append(outage("a", "1", "5", "0"), "1"), "or 12 (then since, claim), got 13"},
+		{"since negative", []string{"k"}, outage("a", "1", "-1", "0"), "since -1"},
+		{"since fraction", []string{"k"}, outage("a", "1", "1.5", "0"), "since 1.5"},
+		{"since 2^53", []string{"k"}, outage("a", "1", "9007199254740992", "0"), "since"},
+		{"since text", []string{"k"}, outage("a", "1", "then", "0"), "since"},
+		{"claim above consumed", []string{"k"}, outage("a", "1", "5", "1"), "claim 1 is not an integer in [0, consumed]"},
+		{"claim negative", []string{"k"}, outage("a", "1", "5", "-1"), "claim"},
+		{"claim without since", []string{"k"}, append(with(2, "7"), "a", "1", "0", "1"), "claim needs a since"},
+		{"since without seq", []string{"{a}x", "{a}y"}, append(outage("", "0", "5", "0"), outage("a", "2", "0", "0")...), "key 1: since needs an instance and seq"},
+		{"two keys, 12 args, bad second", []string{"{a}x", "{a}y"}, append(outage("a", "1", "5", "0"), outage("a", "2", "x", "0")...), "key 2: since"},
 		{"instance empty", []string{"k"}, seq("", "1"), "instance of 0 bytes"},
 		{"instance 65 bytes", []string{"k"}, seq(strings.Repeat("a", 65), "1"), "instance of 65 bytes"},
 		{"instance space", []string{"k"}, seq("a b", "1"), "instance"},
