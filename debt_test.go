@@ -9,13 +9,13 @@ import (
 
 // TestOutageDebt: FailOpen admits everything while Redis is down; when it
 // is back, what it admitted is charged down to -max(B, R*MaxDebt). With a
-// MaxDebt that covers the outage, over a window that ends once the debt is
-// repaid the instance has admitted at most B + R*T, and nothing was
-// forgiven. With the default (the burst alone), what the outage admitted
-// beyond what the bucket held and the debt's bound is forgiven, at most A -
-// B - D (A what the fallback admitted, D the debt's bound; the bucket held
-// B), and the window admits that much more, as Stats().Reconcile.Forgiven
-// tells and docs/accuracy.md bounds it.
+// MaxDebt that covers the outage (the default, a minute), over a window
+// that ends once the debt is repaid the instance has admitted at most B +
+// R*T, and nothing was forgiven. With the burst alone, what the outage
+// admitted beyond what the bucket held and the debt's bound is forgiven,
+// at most A - B - D (A what the fallback admitted, D the debt's bound; the
+// bucket held B), and the window admits that much more, as
+// Stats().Reconcile.Forgiven tells and docs/accuracy.md bounds it.
 func TestOutageDebt(t *testing.T) {
 	const (
 		rate  = 10
@@ -28,8 +28,8 @@ func TestOutageDebt(t *testing.T) {
 		maxDebt time.Duration
 		debt    int64 // tokens: max(B, R*MaxDebt)
 	}{
-		{"a minute", time.Minute, rate * 60},
-		{"default", 0, burst},
+		{"the default, a minute", 0, rate * 60},
+		{"the burst alone", time.Nanosecond, burst},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := hybrid.Config{Instances: 1, Fallback: hybrid.FailOpen, MaxDebt: tt.maxDebt}

@@ -49,6 +49,7 @@ type foResult struct {
 	degraded, normal  time.Time // the first breaker leaving closed; every breaker closed again
 	losses, recharged uint64    // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
 	forgiven          uint64    // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
+	owed              float64   // tokens the bucket owes at the end: its debt, not repaid yet
 	overshoot         float64   // Limiter.Overshoot of the limit, for the fleet
 }
 
@@ -282,8 +283,32 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 		res.forgiven += st.Forgiven
 	}
 	res.overshoot = float64(lims[0].Overshoot(lim))
+	res.owed = owed(t, topo, lim, res.end)
 	slices.SortFunc(res.decisions, func(a, b foDecision) int { return a.at.Compare(b.at) })
 	return res
+}
+
+// owed returns what the hot key's bucket owes at the end of a run, in
+// tokens (0 if it is not in debt): what the fleet admitted beyond B + R*T
+// and has not repaid yet. A window that ends once it is repaid admits at
+// most B + R*T.
+func owed(t *testing.T, topo foTopology, lim hybrid.Limit, end time.Time) float64 {
+	ctx := context.Background()
+	rdb := redistest.Client(t, topo.master(t))
+	tokens, ts, ok, err := redistest.Bucket(ctx, rdb, "hybrid:{hot}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return 0
+	}
+	at := now.Add(-time.Since(end)) // Redis's time at the end
+	left := float64(tokens)/1e6 + lim.Rate*float64(at.UnixMicro()-ts)/1e6
+	return max(-left, 0)
 }
 
 // waitFleet waits at most d for every limiter to count n instances.
@@ -337,38 +362,31 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	if !res.degraded.IsZero() {
 		degradedFor = res.normal.Sub(res.degraded)
 	}
-	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%); %d heartbeats found writes lost, %.0f tokens charged again, %.0f forgiven",
+	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%), %.0f owed at the end; %d heartbeats found writes lost, %.0f tokens charged again, %.0f forgiven",
 		len(res.decisions), span.Round(time.Millisecond), errs, res.promoted.Sub(res.fault).Round(time.Millisecond),
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
-		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1),
+		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1), res.owed,
 		res.losses, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
-	// Lease: B + R*T, and what the fleet's charges forgave at the debt's
-	// bound (docs/accuracy.md, "Outages and the debt": the fallback's
-	// consumption and the lost writes charged again can sink a bucket
-	// further than -B, and a lease granted before every instance's charge
-	// lands comes out of the difference), and the debt the run may end in,
-	// B at most: the bound holds for windows that end once it is repaid.
-	// Measured on a Sentinel set: -15.0% to +4.6% of B + R*T over 42 runs
-	// of the kill (864 to 2,239 tokens forgiven in those that counted it),
-	// the handover -4.1% to +0.7% and the lagging replica -6.0% to +2.4%
-	// over 12 runs each (2,508 to 4,167 forgiven) (the
-	// handover was +32% before the lost writes were charged again, the kill
-	// up to +4% before the fleet settled up for two rounds after the
-	// breakers closed).
+	// Lease: B + R*T over a window that ends once the debt is repaid, so
+	// B + R*T and what the bucket still owes at the end (a lease granted
+	// before every instance's charge lands is repaid after), and what the
+	// charges forgave at the debt's bound (none within Config.MaxDebt).
+	// Measured on a Sentinel set: see docs/failure.md.
 	forgiven := float64(res.forgiven) / 1e6
 	switch {
-	case lim.Mode == hybrid.Lease && float64(admitted) > bound+forgiven+float64(lim.Burst):
-		t.Errorf("lease admitted %d over %v, above B + R*T %.0f, the %.0f tokens forgiven and a burst of debt", admitted, span, bound, forgiven)
+	case lim.Mode == hybrid.Lease && float64(admitted) > bound+forgiven+res.owed+1:
+		t.Errorf("lease admitted %d over %v, above B + R*T %.0f, the %.0f tokens owed at the end and the %.0f forgiven", admitted, span, bound, res.owed, forgiven)
 	case lim.Mode == hybrid.Optimistic && float64(admitted) > bound+res.overshoot:
 		t.Errorf("optimistic admitted %d over %v, above B + R*T %.0f + its bound %.0f", admitted, span, bound, res.overshoot)
 	}
-	// At least 80%, 75% after a lagging replica's promotion: the writes it
+	// At least 80%, 70% after a lagging replica's promotion: the writes it
 	// lacks are charged again in full, though the bucket it holds, idle
-	// while frozen, refilled no further than B (measured on a Cluster:
-	// -17.1% to -17.2%).
+	// while frozen, refilled no further than B, and the outage's claims,
+	// from the instances' views of the old master, account for them
+	// already (docs/failure.md; measured on a Cluster: -16.8% to -23.9%).
 	floor := 0.8
 	if fault == foLagging {
-		floor = 0.75
+		floor = 0.7
 	}
 	if float64(admitted) < floor*bound {
 		t.Errorf("admitted %d over %v, under %.0f%% of B + R*T %.0f", admitted, span, 100*floor, bound)

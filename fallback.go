@@ -34,11 +34,14 @@ var (
 	// limit: rate R/N and burst B/N (at least the cost of the request),
 	// with N the live instances last counted through Redis (or
 	// Config.Instances). A key's share starts from 1/N of what the
-	// instance last saw its global bucket hold, refilled at R/N since the
-	// outage began (since the view, for a key idle before it), not from a
-	// full burst: a fleet whose Redis fails mid-run goes on at the limit's
-	// rate rather than admit a burst more. A key this instance never saw
-	// starts full.
+	// instance last saw its global bucket hold, refilled at R/N since
+	// then, not from a full burst: a fleet whose Redis fails mid-run goes
+	// on at the limit's rate rather than admit a burst more. A key this
+	// instance never saw starts full. What the shares admit is charged
+	// when Redis is back, with a claim of the refill each share kept by
+	// being spent, which the bucket in Redis, seeing none of it, lost at
+	// its burst: the bucket ends the outage where it would have had it
+	// seen every admission.
 	LocalShare = Fallback{kind: localShare}
 	// FailOpen admits every request.
 	FailOpen = Fallback{kind: failOpen}
@@ -91,27 +94,23 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 const outageGap = time.Second
 
 // seed returns what e's local bucket starts with under the fallback policy
-// at the first decision of an outage that began at since (see
-// local.Entry.TakeFrom): under LocalShare, this instance's share of what
-// the global bucket held at the last view, refilled at the share's rate
-// since; a full share for a key never seen, and under Static. For a key in
-// use when the outage began (a view younger than two rounds: a lease key
-// fetches, rounds settle it), the refill between the view and the outage is
-// not counted: the other instances took it, and counting it would let the
-// fleet admit what they did twice. A key idle since its view has its
-// bucket refilled since, as far as this instance can tell (others may have
-// spent it: at most B/N each).
-func (l *Limiter) seed(e *reconcile.Entry, share local.Limit, since, now time.Duration) int64 {
+// at the first decision of an outage (see local.Entry.TakeFrom): under
+// LocalShare, this instance's share of what the global bucket held at the
+// last view, refilled at the share's rate since; a full share for a key
+// never seen, and under Static. The refill between the view and the
+// outage is counted even for a key in use then: the time a failing Redis
+// takes to open the breaker denies the fleet's requests meanwhile (they
+// wait for Redis, and are Unanswered), so the bucket refilled for nobody.
+// Where others did spend it (a partial outage, a view that was stale), the
+// shares' admissions are charged when Redis is back, in full: the bucket
+// keeps its bound over windows that end once the debt is repaid.
+func (l *Limiter) seed(e *reconcile.Entry, share local.Limit, now time.Duration) int64 {
 	v := e.View()
 	if l.fb.kind != localShare || v.Seen == 0 {
 		return share.Burst
 	}
 	held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
-	from := v.Seen
-	if since > v.Seen && since-v.Seen < 2*l.r.SyncInterval() {
-		from = since
-	}
-	refill, _ := limit.Refill(max(now-from, 0), share.Rate, 0) // at most MaxInt64
+	refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
 	return held + min(refill, share.Burst-held)
 }
 
@@ -134,7 +133,7 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 			// shortly before the breaker opened (a refused call) belongs
 			// to the same outage.
 			since := l.r.DegradedSince(e.Key())
-			ok = e.TakeFrom(now, share, cost, since-outageGap, l.seed(e, share, since, now))
+			ok = e.TakeFrom(now, share, cost, since-outageGap, l.seed(e, share, now))
 			b := e.Bucket(now, share)
 			res.Remaining = b.Remaining(now, share)
 			res.ResetAfter = b.ResetAfter(now, share)

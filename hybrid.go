@@ -121,10 +121,13 @@ type Config struct {
 	// what Redis lost of its writes, charged again) is charged down to
 	// -max(Burst, Rate * MaxDebt) tokens at most: the key admits nothing
 	// more until its refill has paid that back, and the rest is forgiven.
-	// 0 means the burst alone, which holds the limit under LocalShare for
-	// outages of any length; FailOpen and Static admit beyond it, and a
-	// MaxDebt of the longest outage to be paid back in full charges what
-	// they admitted (docs/accuracy.md, "Outages and the debt").
+	// 0 means a minute (reconcile.DefaultMaxDebt), which charges in full
+	// what any outage admits under LocalShare (whose charges claim back
+	// the refill Redis's bucket lost while it could not see them, so that
+	// the bucket ends the outage where it would have had it seen every
+	// admission) and a minute's worth of FailOpen; a duration up to the
+	// burst's refill means the burst alone (docs/accuracy.md, "Outages
+	// and the debt").
 	MaxDebt time.Duration
 	// Breaker configures the circuit breaker around the Redis calls. On a
 	// Redis Cluster each master gets a breaker of its own with this
@@ -181,6 +184,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		MaxKeys:       cfg.MaxKeys,
 		ColdWait:      cfg.ColdWait,
 		MaxDebt:       cfg.MaxDebt,
+		ShareCredit:   cfg.Fallback.kind == localShare,
 		Instances:     cfg.Instances,
 		InstanceID:    cfg.InstanceID,
 		Breaker:       cfg.Breaker,

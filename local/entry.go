@@ -52,10 +52,27 @@ func (e *Entry[X]) retire() (unused, pending int64) {
 	return e.Allowance.Retire(), e.Pending.Retire()
 }
 
-// ownBucket is an entry's local token bucket and its lock.
+// ownBucket is an entry's local token bucket and its lock, and what its
+// takes since TakeFrom seeded it kept of its refill (see TakeKept).
 type ownBucket struct {
 	mu     sync.Mutex
 	bucket Bucket // bucket.last == unset until first used or set
+	credit credit
+}
+
+// credit is what an entry's local bucket gave since TakeFrom seeded it, as
+// TakeKept reports it: the seed's time; the limit of the last take; the
+// bucket as it would be had nobody taken from it (the seed, refilled);
+// what was taken; what TakeKept reported kept, and of what was taken; and
+// what a failed report gave back.
+type credit struct {
+	since    time.Duration // 0: not seeded since the last SetBucket or full start
+	lim      Limit
+	untaken  Bucket
+	taken    int64
+	reported int64
+	seen     int64 // taken, as of the last report
+	carried  int64
 }
 
 // local returns e's local bucket, making it the first time.
@@ -92,10 +109,60 @@ func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n int64, after time.Du
 	b.mu.Lock()
 	if b.bucket.last == unset || b.bucket.last < after {
 		b.bucket = Bucket{tokens: min(max(seed, 0), lim.Burst), last: now}
+		b.credit = credit{since: max(now, 1), untaken: b.bucket}
 	}
 	ok := b.bucket.TakeAt(now, lim, n)
+	if ok && b.credit.since != 0 {
+		b.credit.lim, b.credit.taken = lim, b.credit.taken+n
+	}
 	b.mu.Unlock()
 	return ok
+}
+
+// TakeKept reports what e's local bucket gave since TakeFrom seeded it, or
+// since the last TakeKept, and resets the count: since is when the seed
+// was made, and kept the part of what was taken that the
+// bucket's refill paid for beyond what it would hold had nobody taken from
+// it: the refill it kept because takes had made room below its burst,
+// which a bucket nobody took from would have lost. Bucket B refilled at R
+// and seeded with s holds min(B, s + R*t) untaken; taken less that, less
+// what it holds after the takes, is kept (at least 0). ok is false when
+// nothing was taken since the seed or the last report, or the bucket was
+// not seeded by TakeFrom.
+func (e *Entry[X]) TakeKept() (since time.Duration, kept int64, ok bool) {
+	b := e.own.Load()
+	if b == nil {
+		return 0, 0, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := &b.credit
+	if c.since == 0 || c.taken == c.seen && c.carried == 0 {
+		return 0, 0, false
+	}
+	// Kept so far: taken, less what the untaken bucket holds beyond this
+	// one. It only grows (while the untaken bucket is full and this one is
+	// not), but for a take undone.
+	c.untaken.Advance(b.bucket.last, c.lim)
+	total := max(c.taken-max(c.untaken.tokens-b.bucket.tokens, 0), 0)
+	kept = max(total-c.reported, 0) + c.carried
+	c.reported, c.seen, c.carried = max(total, c.reported), c.taken, 0
+	return c.since, kept, true
+}
+
+// PutKept gives back kept micro-tokens that a TakeKept reported and that
+// could not be used (its settlement failed): the next TakeKept of the same
+// seed reports them again.
+func (e *Entry[X]) PutKept(since time.Duration, kept int64) {
+	b := e.own.Load()
+	if b == nil || kept <= 0 {
+		return
+	}
+	b.mu.Lock()
+	if b.credit.since == since {
+		b.credit.carried += kept
+	}
+	b.mu.Unlock()
 }
 
 // PutAt gives n micro-tokens back to e's local bucket at now, up to its
@@ -105,6 +172,9 @@ func (e *Entry[X]) PutAt(now time.Duration, lim Limit, n int64) {
 	b.mu.Lock()
 	b.initLocked(now, lim)
 	b.bucket.Put(now, lim, n)
+	if b.credit.since != 0 {
+		b.credit.taken = max(b.credit.taken-n, 0) // a take undone
+	}
 	b.mu.Unlock()
 }
 
@@ -119,11 +189,12 @@ func (e *Entry[X]) Bucket(now time.Duration, lim Limit) Bucket {
 	return c
 }
 
-// SetBucket replaces e's local bucket.
+// SetBucket replaces e's local bucket, and ends what TakeKept counts.
 func (e *Entry[X]) SetBucket(c Bucket) {
 	b := e.local()
 	b.mu.Lock()
 	b.bucket = c
+	b.credit = credit{}
 	b.mu.Unlock()
 }
 

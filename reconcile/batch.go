@@ -88,6 +88,14 @@ type waiter struct {
 // for its requests alone) may be applied twice if the first reached Redis,
 // which takes twice, towards denying.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+	if s.Seq == 0 {
+		// Soon after an outage, numbered to carry its start: an exact
+		// decision may be the first write once Redis is back (see
+		// markOutage).
+		if r.markOutage(&s); !s.Since.IsZero() {
+			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+		}
+	}
 	rep, err := r.settleNow(ctx, s)
 	first := callErr(rep, err)
 	if !broken(first) {

@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"time"
+
 	"github.com/hybridlimit/hybrid/global"
 )
 
@@ -11,7 +13,14 @@ import (
 // tokens left the bucket when they were granted), or, if it spent less than
 // that, the rest of the grant given back, so that the bucket gets back what
 // the grant took beyond the spending.
-func charge(e *Entry, s *global.Settlement) {
+//
+// With Config.ShareCredit, what the fallback admitted out of e's share
+// since an outage began is charged with its claim (global.Settlement.Since
+// and Claim): the refill the share kept because it was spent, which the
+// bucket in Redis, full and not seeing those admissions, may have lost.
+// Charged in full, the fleet's shares would pay for the outage's refill
+// twice.
+func (r *Reconciler) charge(e *Entry, s *global.Settlement) {
 	s.Consumed = e.Pending.TakeAll()
 	if pp := e.X.prepaid.TakeAll(); pp > 0 {
 		if pp <= s.Consumed {
@@ -19,6 +28,53 @@ func charge(e *Entry, s *global.Settlement) {
 		} else {
 			s.Consumed, s.Returned = 0, s.Returned+pp-s.Consumed
 		}
+	}
+	if r.cfg.ShareCredit && s.Consumed > 0 {
+		if since, kept, ok := e.TakeKept(); ok {
+			// The Redis time the outage began, as this host's clock
+			// tells: the script compares it with the bucket's last write.
+			s.Since, s.Claim = r.clock.Time(since), min(kept, s.Consumed)
+		}
+	}
+}
+
+// markOutage gives s, a settlement of a key whose node's breaker is open
+// or closed less than outageMark ago, the Since of the outage if it has
+// none: whoever writes the bucket first once Redis is back, the bucket
+// keeps the refill it lost at its burst while nobody wrote it for the
+// claims of the fleet's charges to come (see global.Settlement.Claim),
+// however many writes come before them. s needs a Seq. A settlement sent
+// again, in doubt since Redis failed, gets it too: a duplicate ignores it,
+// and one the outage lost is the first write once Redis is back.
+func (r *Reconciler) markOutage(s *global.Settlement) {
+	if !s.Since.IsZero() || !r.cfg.ShareCredit || r.ndegraded.Load() == 0 && !r.settling(r.markUntil.Load()) {
+		return
+	}
+	if d, ok := r.outageOf(r.nodeOf(done, s.Key)); ok {
+		s.Since = r.clock.Time(d)
+	}
+}
+
+// outageOf returns when the outage of node n began, if its breaker is open
+// or closed less than outageMark ago. A node with no outage of its own
+// while another's is that recent (on a Redis Cluster, the replica promoted
+// in the place of a master that failed: a node new to this instance) gets
+// the latest outage's start.
+func (r *Reconciler) outageOf(n *node) (time.Duration, bool) {
+	if d := n.openedAt.Load(); d > 0 && (n.degraded.Load() || r.settling(n.markUntil.Load())) {
+		return time.Duration(d), true
+	}
+	if d := r.lastOpened.Load(); d > 0 && n.openedAt.Load() == 0 && (r.ndegraded.Load() > 0 || r.settling(r.markUntil.Load())) {
+		return time.Duration(d), true
+	}
+	return 0, false
+}
+
+// unclaim gives the claim of s, a settlement of o's entry that surely was
+// not applied, back to the entry: its next charge claims it again.
+func (r *Reconciler) unclaim(s *global.Settlement, o owner) {
+	if s.Claim > 0 && o.e != nil {
+		o.e.PutKept(s.Since.Sub(r.clock.Time(0)), s.Claim)
 	}
 }
 
@@ -43,7 +99,9 @@ func (r *Reconciler) restore(s *global.Settlement, o owner, hold, uncertain bool
 	}
 	consumed, returned := s.Consumed, s.Returned
 	if uncertain {
-		returned = 0
+		returned = 0 // and the claim is lost: charged in full at worst
+	} else {
+		r.unclaim(s, o)
 	}
 	kept = r.putBack(s.Key, o, consumed, returned)
 	if hold && o.e != nil {

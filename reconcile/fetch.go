@@ -82,7 +82,15 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// loses what they would have spent (towards denying), and the
 			// key keeps no record of this instance in Redis: a long tail of
 			// keys each asked now and then costs Redis the bucket alone.
-			if s.Want > s.MinGrant {
+			// What the fallback admitted for the key (a lease key's only
+			// unsettled consumption) is charged with the fetch, the first
+			// call for the key once Redis is back: its claim (see charge)
+			// counts only while nothing else wrote the bucket since the
+			// outage began.
+			if e.Pending.Load() > 0 {
+				r.charge(e, &s)
+			}
+			if s.Want > s.MinGrant || s.Consumed > 0 {
 				s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 			}
 		}
@@ -95,7 +103,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		// not granted, the budget is renewed by its share (Budget). The
 		// fetch is numbered, as a lease fetch is, so that a lost reply
 		// neither charges twice nor loses its grant.
-		charge(e, &s)
+		r.charge(e, &s)
 		r.adopt(&s, sp)
 		if bal := e.Allowance.Load(); !first && bal < cost && r.live.Load() > 1 {
 			// A lone instance's share is the whole bucket: it needs no
@@ -120,6 +128,10 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
 	}
+	r.markOutage(&s) // a resend too (see markOutage)
+	if !s.Since.IsZero() && s.Seq == 0 {
+		s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+	}
 	rep, err := r.settleOne(sp, s)
 	if err != nil {
 		switch {
@@ -131,6 +143,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			r.fetchDoubt(doubt{s, o})
 		case s.Consumed > 0 || s.Returned > 0: // surely not applied: settled later
 			r.putBack(s.Key, o, s.Consumed, s.Returned)
+			r.unclaim(&s, o)
 		}
 		return fmt.Errorf("reconcile: fetch %q: %w", e.Key(), err)
 	}

@@ -1,6 +1,12 @@
 package reconcile
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybrid/global"
+)
 
 // TestJournalID checks that a journal map key gives back the key and node
 // it was made of, keys with zero bytes included.
@@ -20,5 +26,45 @@ func TestJournalID(t *testing.T) {
 	}
 	if id := journalID("user:1", ""); id != "user:1" {
 		t.Errorf("a single Redis's id %q, want the key itself", id)
+	}
+}
+
+// TestJournalSuffix checks what a loss charges again of a key whose
+// settlements both took and gave back: the most they took from any one of
+// them on, across slots, never less than 0.
+func TestJournalSuffix(t *testing.T) {
+	const M = 1_000_000
+	sp, err := NewSpec(10, 100, Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		steps []int64 // tokens taken (grants) or given back (negative), 40 ms apart
+		want  int64
+	}{
+		{"grants", []int64{5, 3, 2}, 10},
+		{"a grant given back in part", []int64{10, -6, 3}, 7},
+		{"given back more than the grants after it", []int64{4, -6, 3}, 3},
+		{"across slots", []int64{10, -6, 3, -2, 4}, 9},
+		{"a give-back alone", []int64{-5}, 0},
+		{"given back, then taken again", []int64{-5, 8}, 8},
+	} {
+		var j journal
+		base := time.Unix(1000, 0)
+		for i, n := range c.steps {
+			s := global.Settlement{Key: "k"}
+			rep := global.Reply{Now: base.Add(time.Duration(i) * 40 * time.Millisecond)}
+			if n > 0 {
+				rep.Granted = n * M
+			} else {
+				s.Returned = -n * M
+			}
+			j.add(sp, "", &s, &rep, time.Minute)
+		}
+		got := j.since(0, math.MaxInt64, func(string, string) bool { return true })["k"]
+		if got.suffix != c.want*M {
+			t.Errorf("%s: %v: charged again %d tokens, want %d", c.name, c.steps, got.suffix/M, c.want)
+		}
 	}
 }

@@ -66,6 +66,7 @@ func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 	switch {
 	case from == breaker.Closed:
 		n.openedAt.Store(int64(now))
+		r.lastOpened.Store(int64(now))
 		r.log.Warn("hybrid: Redis unreachable; the fallback policy decides until it is back",
 			append(args, "breaker", to.String())...)
 	case to == breaker.Closed:

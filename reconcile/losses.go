@@ -71,13 +71,17 @@ type slot struct {
 }
 
 // took is what settlements of one key took out of its bucket in a slot,
-// on one node: granted plus consumed less returned, and the Redis time of
-// the last. The key and node are its slot's map key: a long tail adds an
-// entry a decision, so an entry is kept small.
+// on one node: granted plus consumed less returned, summed (net, which a
+// give-back makes negative), and the most that the settlements from any
+// one of them on took, at least 0 (suffix: were the writes lost from some
+// point on, what they took), and the Redis time of the last. The key and
+// node are its slot's map key: a long tail adds an entry a decision, so
+// an entry is kept small.
 type took struct {
-	sp  *Spec
-	at  int64 // Redis time, microseconds
-	net int64 // micro-tokens
+	sp     *Spec
+	at     int64 // Redis time, microseconds
+	net    int64 // micro-tokens
+	suffix int64 // micro-tokens
 }
 
 // journalID is the journal's map key of key on node ("" on a single
@@ -111,17 +115,15 @@ const (
 )
 
 // add records what s, a settlement of a key of sp on node ("" on a single
-// Redis), took, as its reply rep tells, and drops what is older than span
-// before it. A failed settlement
-// and a duplicate (whose first reply was recorded, if it came) add nothing;
-// nor does one that gave back more than it took (a give-back Redis lost
-// leaves its bucket short, towards denying).
+// Redis), took, as its reply rep tells (less what it gave back), and drops
+// what is older than span before it. A failed settlement and a duplicate
+// (whose first reply was recorded, if it came) add nothing.
 func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.Reply, span time.Duration) {
 	if rep.Err != nil || rep.Duplicate || rep.Now.IsZero() || sp == nil {
 		return
 	}
 	net := rep.Granted + s.Consumed - s.Returned
-	if net <= 0 {
+	if net == 0 {
 		return
 	}
 	at := rep.Now.UnixMicro()
@@ -150,7 +152,7 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 	if !ok {
 		j.n++
 	}
-	t.sp, t.at, t.net = sp, max(t.at, at), t.net+net
+	t.sp, t.at, t.net, t.suffix = sp, max(t.at, at), t.net+net, max(t.suffix+net, 0)
 	j.slots[k].took[id] = t
 	cut := at - span.Microseconds()
 	if at < j.pinUntil {
@@ -218,17 +220,26 @@ func (r *Reconciler) journalSpan() time.Duration { return journalBeats * r.cfg.H
 
 // since returns, key by key, what the settlements whose last reply of a
 // slot came at or after at (Redis time, microseconds) took in that slot,
-// with the key's spec, of the entries of the keys and nodes keep is true
-// for: a slot's settlements before at are counted too, towards denying.
-func (j *journal) since(at int64, keep func(key, node string) bool) map[string]took {
+// up to the slot that holds until, with the key's spec, of the entries of
+// the keys and nodes keep is true for: a slot's settlements before at, or
+// after until, are counted too, towards denying.
+// Each key's suffix is the most its settlements took from any one of them
+// on: what Redis lacks if it lost them from there on. A give-back after a
+// grant lowers it only where both were lost; a give-back whose grant Redis
+// kept is not given back again (towards denying: it may have kept the
+// give-back too).
+func (j *journal) since(at, until int64, keep func(key, node string) bool) map[string]took {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := make(map[string]took)
-	for _, sl := range j.slots {
+	for _, sl := range j.slots { // oldest first
+		if sl.start > until {
+			break
+		}
 		for id, t := range sl.took {
 			if key, node := splitID(id); t.at >= at && keep(key, node) {
 				sum := out[key]
-				sum.sp, sum.net = t.sp, sum.net+t.net
+				sum.sp, sum.net, sum.suffix = t.sp, sum.net+t.net, max(t.suffix, sum.suffix+t.net)
 				out[key] = sum
 			}
 		}
@@ -275,25 +286,52 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		return // the first beat: nothing to compare
 	}
 	var since time.Time
+	all := false
 	switch {
 	case was.IsZero() && now.Sub(last.at) < witnessKept:
 		// The node lost this instance's last beat, which it would still
-		// hold: it lost its data, every bucket as much.
+		// hold: it lost its data, every bucket as much. What the journal
+		// holds of the time before is charged again, all of it, though the
+		// buckets, full again, lost only what took them below full: so
+		// down to -burst at most. That holds exactly what was lost while
+		// the bucket held 0 or more when it was lost: what its writes took
+		// since then, from a full bucket, is no more than burst and its
+		// refill.
+		all = true
 	case !was.IsZero() && was.Before(last.at):
 		since = was
 	default:
 		return
 	}
 	moved := last.node != addr // another node answers: a replica took the place of last.node
-	lost := r.journal.since(since.UnixMicro(), func(key, node string) bool {
+	// What the instance wrote after the node's last outage began went to
+	// the Redis that answers now (a replica promoted meanwhile: the writes
+	// it lacks were made before): only what came before can be lost.
+	until := int64(math.MaxInt64)
+	n := r.def
+	if addr != "" {
+		if m, ok := (*r.nodes.Load())[addr]; ok {
+			n = m
+		}
+	}
+	if d, ok := r.outageOf(n); ok {
+		until = r.clock.Time(d).UnixMicro()
+	}
+	lost := r.journal.since(since.UnixMicro(), until, func(key, node string) bool {
 		return addr == "" || r.router.Node(done, key) == addr && (!moved || node != addr)
 	})
 	var keys int
 	var tokens int64
 	for key, t := range lost {
-		r.addOrphan(key, t.sp, t.net, 0)
-		keys++
-		tokens += t.net
+		if t.suffix > 0 && all {
+			r.addRecharge(key, t.sp, t.suffix)
+			keys++
+			tokens += t.suffix
+		} else if t.suffix > 0 {
+			r.addOrphan(key, t.sp, t.suffix, 0)
+			keys++
+			tokens += t.suffix
+		}
 	}
 	r.stats.losses.Add(1)
 	r.stats.recharged.Add(uint64(tokens))

@@ -53,7 +53,11 @@ type node struct {
 	// settleUntil is the clock reading until which the node's keys are
 	// still decided locally after its breaker closed again (see settleUp).
 	settleUntil atomic.Int64
-	batch       batcher // the settlements requests need now (SettleNow)
+	// markUntil is the clock reading until which the node's settlements
+	// still carry the outage's start after its breaker closed (see
+	// markOutage).
+	markUntil atomic.Int64
+	batch     batcher // the settlements requests need now (SettleNow)
 }
 
 // NodeState is the state of the breaker of one Redis node.
@@ -216,15 +220,28 @@ func (r *Reconciler) DegradedKey(key string) bool {
 // before they have would come out of a bucket that does not hold their
 // charges yet (one the outage left full, however much the fleet spent).
 func (r *Reconciler) settleUp(n *node) {
-	until := int64(r.clock.Now() + settleRounds*r.cfg.SyncInterval)
-	n.settleUntil.Store(until)
+	now := r.clock.Now()
+	raise(&n.settleUntil, &r.settleUntil, int64(now+settleRounds*r.cfg.SyncInterval))
+	raise(&n.markUntil, &r.markUntil, int64(now+outageMark))
+}
+
+// raise sets a node's deadline to until, and the reconciler's, the latest
+// of its nodes', to until if that is later.
+func raise(node, all *atomic.Int64, until int64) {
+	node.Store(until)
 	for {
-		old := r.settleUntil.Load()
-		if until <= old || r.settleUntil.CompareAndSwap(old, until) {
+		old := all.Load()
+		if until <= old || all.CompareAndSwap(old, until) {
 			return
 		}
 	}
 }
+
+// outageMark is how long after its breaker closed a node's settlements
+// still carry the start of its outage (see markOutage): time for the other
+// instances of the fleet, whose breakers close at their own probes, to
+// charge what their fallback admitted.
+const outageMark = 5 * time.Second
 
 // settleRounds is how many rounds the fallback keeps deciding after a
 // breaker closes: the instances' breakers close within a round or so of

@@ -42,6 +42,20 @@ func (r *Reconciler) addOrphan(key string, sp *Spec, consumed, returned int64) {
 	r.mu.Unlock()
 }
 
+// addRecharge records what a key lost with all of its node's data owes
+// again: charged down to -burst at most (see witnessedOn).
+func (r *Reconciler) addRecharge(key string, sp *Spec, consumed int64) {
+	if sp == nil {
+		return
+	}
+	r.addOrphan(key, sp, consumed, 0)
+	r.mu.Lock()
+	o := r.orphans[key]
+	o.shallow = true
+	r.orphans[key] = o
+	r.mu.Unlock()
+}
+
 // takeOrphans moves the orphans into the batch.
 func (r *Reconciler) takeOrphans() {
 	// The map is swapped under the lock and read outside it: a round after
@@ -71,12 +85,23 @@ func (r *Reconciler) takeOrphans() {
 			back = append(back, key)
 			continue
 		}
-		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Debt: r.debt(o.spec), Consumed: o.consumed, Returned: o.returned})
+		debt := r.debt(o.spec)
+		if o.shallow {
+			debt = o.spec.Limit.Burst
+		}
+		r.sets = append(r.sets, global.Settlement{Key: key, Limit: o.spec.Limit, Debt: debt, Consumed: o.consumed, Returned: o.returned})
 		r.owners = append(r.owners, owner{sp: o.spec})
 	}
 	for _, key := range back {
 		o := taken[key]
 		r.addOrphan(key, o.spec, o.consumed, o.returned)
+		if o.shallow {
+			r.mu.Lock()
+			b := r.orphans[key]
+			b.shallow = true
+			r.orphans[key] = b
+			r.mu.Unlock()
+		}
 	}
 	r.stats.inFlight.Store(int64(len(r.sets)))
 	// Keep the map for the next swap, unless a burst made it large: a map

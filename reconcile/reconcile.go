@@ -42,6 +42,7 @@ const (
 	DefaultSyncInterval      = 100 * time.Millisecond
 	DefaultLocalCapacity     = 4096
 	DefaultHeartbeatInterval = time.Second
+	DefaultMaxDebt           = time.Minute
 )
 
 // Config configures a Reconciler. A zero field means its documented default.
@@ -77,9 +78,17 @@ type Config struct {
 	// (what the fallback admitted during an outage, writes Redis lost and
 	// is charged again) sinks the bucket down to -max(burst, rate *
 	// MaxDebt) at most, and the key admits nothing more until its refill
-	// has paid that back; beyond it, the rest is forgiven. 0 means the
-	// burst alone.
+	// has paid that back; beyond it, the rest is forgiven. 0 means
+	// DefaultMaxDebt, a minute; any duration up to the burst's refill
+	// means the burst alone.
 	MaxDebt time.Duration
+	// ShareCredit reports that the fallback's local buckets are this
+	// instance's shares of the global ones (hybrid.LocalShare): what they
+	// admitted is charged with a claim of the refill they kept by being
+	// spent (see charge), so that the fleet's shares and a bucket in Redis
+	// that saw none of their admissions do not both count the outage's
+	// refill.
+	ShareCredit bool
 	// HeartbeatInterval is the time between two heartbeats; an instance
 	// not heard from for three of them is no longer counted. 0 means 1s.
 	HeartbeatInterval time.Duration
@@ -142,6 +151,11 @@ type Reconciler struct {
 	ndegraded atomic.Int32 // nodes whose breaker is not closed
 	// settleUntil is the latest of the nodes' settleUntil (see settleUp).
 	settleUntil atomic.Int64
+	// markUntil is the latest of the nodes' markUntil (see settleUp).
+	markUntil atomic.Int64
+	// lastOpened is the clock reading at which a breaker last left the
+	// closed state (see outageOf).
+	lastOpened atomic.Int64
 
 	closing atomic.Bool  // Close was called (closed, under mu, is what goOwned checks)
 	live    atomic.Int64 // fleet size for the fallback share
@@ -207,6 +221,10 @@ type Reconciler struct {
 type orphan struct {
 	spec               *Spec
 	consumed, returned int64
+	// shallow charges the orphan down to -burst at most, whatever
+	// MaxDebt: it holds what a node that lost all its data lost (see
+	// witnessedOn).
+	shallow bool
 }
 
 // New returns a Reconciler for st and starts its goroutine. The shadow
@@ -232,6 +250,9 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.MaxDebt == 0 {
+		cfg.MaxDebt = DefaultMaxDebt
 	}
 	if cfg.ColdWait == 0 {
 		cfg.ColdWait = cfg.Breaker.CallTimeout

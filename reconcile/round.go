@@ -195,6 +195,11 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 		r.seq++
 		r.sets[i].Instance, r.sets[i].Seq = r.dedup, r.seq
 	}
+	for i := range r.sets[:n] {
+		// Resends too: one sent as Redis failed is the first write once it
+		// is back (see markOutage).
+		r.markOutage(&r.sets[i])
+	}
 	for _, o := range r.owners {
 		if o.e != nil {
 			o.e.X.setSettling()

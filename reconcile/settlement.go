@@ -29,7 +29,7 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Sett
 	// Costs are whole tokens: lease grants are too, so that no instance
 	// holds a fraction it cannot spend while others could.
 	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
-	charge(e, &s)
+	r.charge(e, &s)
 	switch {
 	case sp.Mode == Optimistic && touched:
 		return s, true // charge, and learn the bucket for the next budget
