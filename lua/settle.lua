@@ -319,46 +319,14 @@ for i = 1, nkeys do
   end
 end
 
--- refill returns a bucket of t micro-tokens at Redis time ts, refilled at
--- rate up to burst, at now: its tokens and time.
-local function refill(t, ts, now, rate, burst)
-  -- elapsed_us * rate may pass 2^53, so with
-  -- elapsed = es s + eu us and rate = rq * 1e6 + rr:
-  --   elapsed * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
-  -- es * rate is compared with the deficit first (an exact bound, at most 2^51);
-  -- below it, it is exact. eu * rq < 2^50 and eu * rr < 1e12 are exact, and
-  -- the floor of eu * rr / 1e6 is right because the quotient is at least 1e-6
-  -- away from the next integer.
-  if now > ts then
-    local deficit = burst - t
-    if deficit > 0 then
-      local e = now - ts
-      local es = floor(e / MICRO)
-      local eu = e - es * MICRO
-      if eu < 0 then
-        es, eu = es - 1, eu + MICRO
-      elseif eu >= MICRO then
-        es, eu = es + 1, eu - MICRO
-      end
-      local add = es * rate
-      if add < deficit then
-        local rq = floor(rate / MICRO)
-        local rr = rate - rq * MICRO
-        add = add + eu * rq + floor(eu * rr / MICRO)
-      end
-      if add >= deficit then
-        t = burst
-      else
-        t = t + add
-      end
-    end
-    ts = now
-  end
-  return t, ts
-end
-
 -- gain returns the micro-tokens a bucket refills in e microseconds (e >= 0)
--- at rate, uncapped, at most MAX_AMOUNT: as refill computes it.
+-- at rate, uncapped, at most MAX_AMOUNT. e * rate may pass 2^53, so with
+-- e = es s + eu us and rate = rq * 1e6 + rr:
+--   e * rate / 1e6 = es * rate + eu * rq + eu * rr / 1e6
+-- es * rate is compared with MAX_AMOUNT first (a rounded product crosses an
+-- exact bound only if the true one does); below it, it is exact. eu * rq <
+-- 2^50 and eu * rr < 1e12 are exact, and the floor of eu * rr / 1e6 is
+-- right because the quotient is at least 1e-6 away from the next integer.
 local function gain(e, rate)
   local es = floor(e / MICRO)
   local eu = e - es * MICRO
@@ -378,6 +346,24 @@ local function gain(e, rate)
     return MAX_AMOUNT
   end
   return add
+end
+
+-- refill returns a bucket of t micro-tokens at Redis time ts, refilled at
+-- rate up to burst, at now: its tokens and time. The deficit is below
+-- 2^51, so a gain capped at MAX_AMOUNT compares with it exactly.
+local function refill(t, ts, now, rate, burst)
+  if now > ts then
+    if t < burst then
+      local add = gain(now - ts, rate)
+      if add >= burst - t then
+        t = burst
+      else
+        t = t + add
+      end
+    end
+    ts = now
+  end
+  return t, ts
 end
 
 -- record parses a q: record "<seq> <granted> <now_us>" into its three
