@@ -128,9 +128,13 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
 	}
-	r.markOutage(&s) // a resend too (see markOutage)
-	if !s.Since.IsZero() && s.Seq == 0 {
-		s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
+	if s.Seq > 0 {
+		// A resend too (see markOutage). A fetch for its requests alone is
+		// not numbered for it: numbered, a lost reply would leave it in
+		// doubt, and the key's next request would wait for it to be sent
+		// again rather than ask for what it needs (a cold key writes no
+		// pool a hot key's charges need).
+		r.markOutage(&s)
 	}
 	rep, err := r.settleOne(sp, s)
 	if err != nil {
