@@ -223,8 +223,8 @@ func (r *Reconciler) journalSpan() time.Duration { return journalBeats * r.cfg.H
 // up to the slot that holds until, with the key's spec, of the entries of
 // the keys and nodes keep is true for: a slot's settlements before at, or
 // after until, are counted too, towards denying.
-// Each key's suffix is the most its settlements took from any one of them
-// on: what Redis lacks if it lost them from there on. A give-back after a
+// Each key's suffix (its net is not summed) is the most its settlements
+// took from any one of them on: what Redis lacks if it lost them from there on. A give-back after a
 // grant lowers it only where both were lost; a give-back whose grant Redis
 // kept is not given back again (towards denying: it may have kept the
 // give-back too).
@@ -239,7 +239,7 @@ func (j *journal) since(at, until int64, keep func(key, node string) bool) map[s
 		for id, t := range sl.took {
 			if key, node := splitID(id); t.at >= at && keep(key, node) {
 				sum := out[key]
-				sum.sp, sum.net, sum.suffix = t.sp, sum.net+t.net, max(t.suffix, sum.suffix+t.net)
+				sum.sp, sum.suffix = t.sp, max(t.suffix, sum.suffix+t.net)
 				out[key] = sum
 			}
 		}
@@ -323,12 +323,9 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	var keys int
 	var tokens int64
 	for key, t := range lost {
-		if t.suffix > 0 && all {
-			r.addRecharge(key, t.sp, t.suffix)
-			keys++
-			tokens += t.suffix
-		} else if t.suffix > 0 {
-			r.addOrphan(key, t.sp, t.suffix, 0)
+		if t.suffix > 0 {
+			// A total loss's charge stops at -burst (see above).
+			r.mergeOrphan(key, orphan{spec: t.sp, consumed: t.suffix, shallow: all})
 			keys++
 			tokens += t.suffix
 		}

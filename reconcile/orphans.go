@@ -29,30 +29,23 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 
 // addOrphan records what a key without an entry owes or is owed.
 func (r *Reconciler) addOrphan(key string, sp *Spec, consumed, returned int64) {
-	if sp == nil {
+	r.mergeOrphan(key, orphan{spec: sp, consumed: consumed, returned: returned})
+}
+
+// mergeOrphan adds a's dues to the orphan of key (a shallow one stays
+// shallow).
+func (r *Reconciler) mergeOrphan(key string, a orphan) {
+	if a.spec == nil {
 		return // never used: it owes nothing
 	}
 	r.mu.Lock()
 	o := r.orphans[key]
-	o.spec = sp
-	o.consumed += consumed
-	o.returned += returned
+	o.spec = a.spec
+	o.consumed += a.consumed
+	o.returned += a.returned
+	o.shallow = o.shallow || a.shallow
 	r.orphans[key] = o
-	r.orphanConsumed += consumed
-	r.mu.Unlock()
-}
-
-// addRecharge records what a key lost with all of its node's data owes
-// again: charged down to -burst at most (see witnessedOn).
-func (r *Reconciler) addRecharge(key string, sp *Spec, consumed int64) {
-	if sp == nil {
-		return
-	}
-	r.addOrphan(key, sp, consumed, 0)
-	r.mu.Lock()
-	o := r.orphans[key]
-	o.shallow = true
-	r.orphans[key] = o
+	r.orphanConsumed += a.consumed
 	r.mu.Unlock()
 }
 
@@ -93,15 +86,7 @@ func (r *Reconciler) takeOrphans() {
 		r.owners = append(r.owners, owner{sp: o.spec})
 	}
 	for _, key := range back {
-		o := taken[key]
-		r.addOrphan(key, o.spec, o.consumed, o.returned)
-		if o.shallow {
-			r.mu.Lock()
-			b := r.orphans[key]
-			b.shallow = true
-			r.orphans[key] = b
-			r.mu.Unlock()
-		}
+		r.mergeOrphan(key, taken[key])
 	}
 	r.stats.inFlight.Store(int64(len(r.sets)))
 	// Keep the map for the next swap, unless a burst made it large: a map
