@@ -66,7 +66,10 @@ type Config struct {
 	// MaxKeys bounds the keys tracked. 0 means local.DefaultCapacity.
 	MaxKeys int
 	// ColdWait bounds how long a request waits for the fetch of a key this
-	// instance holds nothing for. 0 means the breaker's call timeout.
+	// instance holds nothing for. 0 means the breaker's call timeout. A
+	// fetch of an optimistic key that a round is charging waits for that
+	// round first, for at most two of the breaker's deadlines for a full
+	// call, and its request waits that much longer.
 	ColdWait time.Duration
 	// Instances is the fleet size used to share a limit while Redis is
 	// unreachable. 0 means the live count from the heartbeats.
@@ -355,8 +358,10 @@ func (r *Reconciler) LowWater(e *Entry) int64 {
 // Fetch settles e's key alone, now, for a request of cost micro-tokens:
 // it charges what e consumed unsettled, and in lease mode asks for allowance
 // (at least cost, or nothing). Concurrent fetches of one key share one round
-// trip. It waits at most Config.ColdWait (and no longer than ctx); an error
-// means the caller should decide by the fallback policy.
+// trip. It waits at most Config.ColdWait (and no longer than ctx), and for
+// an optimistic key that a round is charging, what the fetch may wait for
+// that round on top (see chargeWait); an error means the caller should
+// decide by the fallback policy.
 func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 	ch, _ := r.fetched.Get().(chan error)
 	if ch == nil {
@@ -372,7 +377,13 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 	}) {
 		return ErrClosed
 	}
-	t := r.timer(r.cfg.ColdWait)
+	wait := r.cfg.ColdWait
+	if e.X.charging() {
+		// A round is charging the key, which the fetch waits for before it
+		// asks (see fetch): its wait is not this request's round trip.
+		wait += r.chargeWait(e)
+	}
+	t := r.timer(wait)
 	defer r.putTimer(t)
 	select {
 	case err := <-ch:
@@ -380,7 +391,7 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 		return err
 	case <-t.C:
 		r.stats.fetchTimeouts.Add(1)
-		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, r.cfg.ColdWait)
+		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

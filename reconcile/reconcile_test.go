@@ -613,3 +613,47 @@ func TestOneChargeAtATime(t *testing.T) {
 		}
 	})
 }
+
+// TestFetchAwaitsSlowRound: a fetch of an optimistic key that waits for the
+// round charging the key is not given up at ColdWait: the request waits for
+// the round's reply, then ColdWait for its own. On a busy Redis each call
+// here takes 45ms (the floor of the breaker's deadline is 50ms): the round's
+// and then the fetch's, 85ms from the request, more than ColdWait, all of it
+// on a Redis that answers every call.
+func TestFetchAwaitsSlowRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		sp := spec(t, 1, 100, reconcile.Optimistic)
+		e := entry(r, "k", sp)
+		time.Sleep(time.Millisecond)
+		e.SetView(local.View{Tokens: 100 * M, Seen: r.Clock().Now()})
+		st.set(func(s *store) { s.tokens["k"] = 100 * M; s.delay = 45 * time.Millisecond })
+		e.Pending.Add(10 * M)
+		r.Keys().Get("k")
+		before, _ := st.counts()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round's call is on its way
+		st.mu.Lock()
+		entered := st.entered
+		st.mu.Unlock()
+		if entered != before+1 {
+			t.Fatalf("%d Settle calls begun, want the round's (%d before)", entered, before)
+		}
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		if err := r.Fetch(context.Background(), e, 20*M); err != nil {
+			t.Fatalf("Fetch while a round charged the key, on a Redis that answers in 45ms: %v", err)
+		}
+		if took := time.Since(start); took <= 50*time.Millisecond {
+			t.Fatalf("Fetch took %v: the round did not hold it past ColdWait (the test shows nothing)", took)
+		}
+		if n := r.Stats().FetchTimeouts; n != 0 {
+			t.Errorf("Stats().FetchTimeouts = %d, want 0", n)
+		}
+		if got, _ := st.get("k"); got > 90*M {
+			t.Errorf("the bucket holds %d micro-tokens, want the round's charge of 10 made", got)
+		}
+	})
+}

@@ -186,6 +186,10 @@ func (s *State) clearQueued() { s.flags.And(^flagQueued) }
 // charge, sent and not applied, has yet to reach.
 func (s *State) claimCharge() bool { return s.flags.Or(flagCharging)&flagCharging == 0 }
 
+// charging reports whether a round or a fetch holds the claim of
+// claimCharge.
+func (s *State) charging() bool { return s.flags.Load()&flagCharging != 0 }
+
 // releaseCharge ends a claim of claimCharge.
 func (s *State) releaseCharge() { s.flags.And(^flagCharging) }
 
