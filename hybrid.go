@@ -106,10 +106,11 @@ type Config struct {
 	MaxKeys int
 	// ColdWait bounds how long a request waits for Redis on a key this
 	// instance holds nothing for; past it the fallback policy answers.
-	// 0 means the breaker's call timeout (50ms). An Optimistic request whose
-	// key a settlement round is charging waits for that round too, at most
-	// two of the breaker's deadlines for a round's call (they adapt to the
-	// latency Redis shows).
+	// 0 means the breaker's call timeout (50ms). A request whose key a
+	// settlement round holds (an Optimistic key's charge, a lease that
+	// round may grant) waits for that round first, while it makes progress:
+	// a call of it answered at least every two of the breaker's deadlines
+	// for a full call, which adapt to the latency Redis shows.
 	ColdWait time.Duration
 	// Instances is the fleet size for LocalShare. 0 means the live count
 	// from the instances' heartbeats through Redis.

@@ -184,38 +184,17 @@ func (r *Reconciler) adopt(s *global.Settlement, sp *Spec) {
 }
 
 // awaitCharge claims the charging of e's key (State.claimCharge), waiting
-// while a round holds it until the round's reply has been applied, at most
-// chargeWait, and reports whether it did, with how long it would wait.
+// while a round holds it until the round's reply has been applied, as long
+// as the round makes progress (see awaitRound), and reports whether it did,
+// with how long it waits without progress. While it waits, the key is
+// marked for the requests that wait for the fetch (see Fetch).
 func (r *Reconciler) awaitCharge(e *Entry) (time.Duration, bool) {
 	if e.X.claimCharge() {
 		return 0, true
 	}
-	wait := r.chargeWait(e)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		ch := *r.applied.Load() // before the claim: a reply applied after this closes ch
-		if e.X.claimCharge() {
-			return wait, true
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return wait, false
-		}
-	}
-}
-
-// chargeWait is the most a fetch of e's Optimistic key waits for a round
-// that is charging the key: the round's call to the key's node may wait in
-// the node's queue behind one call (another part of a large round, or a
-// batch of fetches) and then take its own deadline, each at most a full
-// call's (the breaker's deadline for maxBatch keys, which adapts to the
-// latency Redis shows). On a busy Redis such a round takes tens of
-// milliseconds; a fetch that gave up on it would leave its request to the
-// fallback, or deny it, on a Redis that answers.
-func (r *Reconciler) chargeWait(e *Entry) time.Duration {
-	return 2 * r.nodeOf(done, e.Key()).br.Timeout(maxBatch)
+	e.X.flags.Or(flagAwaiting)
+	defer e.X.flags.And(^flagAwaiting)
+	return r.roundWait(e), r.awaitRound(context.Background(), e, e.X.claimCharge)
 }
 
 // fetchDoubt keeps d, a fetch without a reply, for the key's next fetch or

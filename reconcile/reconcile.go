@@ -67,9 +67,8 @@ type Config struct {
 	MaxKeys int
 	// ColdWait bounds how long a request waits for the fetch of a key this
 	// instance holds nothing for. 0 means the breaker's call timeout. A
-	// fetch of an optimistic key that a round is charging waits for that
-	// round first, for at most two of the breaker's deadlines for a full
-	// call, and its request waits that much longer.
+	// request for an optimistic key that a round is charging waits for
+	// that round first, while it makes progress (see AwaitRound).
 	ColdWait time.Duration
 	// Instances is the fleet size used to share a limit while Redis is
 	// unreachable. 0 means the live count from the heartbeats.
@@ -358,11 +357,18 @@ func (r *Reconciler) LowWater(e *Entry) int64 {
 // Fetch settles e's key alone, now, for a request of cost micro-tokens:
 // it charges what e consumed unsettled, and in lease mode asks for allowance
 // (at least cost, or nothing). Concurrent fetches of one key share one round
-// trip. It waits at most Config.ColdWait (and no longer than ctx), and for
-// an optimistic key that a round is charging, what the fetch may wait for
-// that round on top (see chargeWait); an error means the caller should
+// trip. It waits at most Config.ColdWait for its round trip (and no longer
+// than ctx), after the round charging an optimistic key, if one is, while
+// that round makes progress (see awaitCharge); an error means the caller should
 // decide by the fallback policy.
 func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
+	if e.X.roundCharging() {
+		// The fetch would wait for the round charging the key (an
+		// optimistic key's charges go one at a time: see fetch). The
+		// request waits for it here, while it makes progress, and then
+		// ColdWait for its own round trip.
+		r.awaitRound(ctx, e, func() bool { return !e.X.roundCharging() })
+	}
 	ch, _ := r.fetched.Get().(chan error)
 	if ch == nil {
 		ch = make(chan error, 1)
@@ -378,22 +384,30 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 		return ErrClosed
 	}
 	wait := r.cfg.ColdWait
-	if e.X.charging() {
-		// A round is charging the key, which the fetch waits for before it
-		// asks (see fetch): its wait is not this request's round trip.
-		wait += r.chargeWait(e)
-	}
 	t := r.timer(wait)
 	defer r.putTimer(t)
-	select {
-	case err := <-ch:
-		r.fetched.Put(ch) // empty again; one given up on is left to its sender
-		return err
-	case <-t.C:
-		r.stats.fetchTimeouts.Add(1)
-		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
-	case <-ctx.Done():
-		return ctx.Err()
+	held := false // the fetch waited for a round at the timer's last expiry
+	for {
+		select {
+		case err := <-ch:
+			r.fetched.Put(ch) // empty again; one given up on is left to its sender
+			return err
+		case <-t.C:
+			// A fetch that waits for a round charging the key (see
+			// awaitCharge, bounded by the round's progress) has not begun
+			// its own round trip: ColdWait counts from when it does (one
+			// that waited at the last expiry and does not now has begun
+			// it since: ColdWait again).
+			if now := e.X.awaiting(); now || held {
+				held = now
+				t.Reset(wait)
+				continue
+			}
+			r.stats.fetchTimeouts.Add(1)
+			return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
@@ -403,30 +417,57 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 func (r *Reconciler) Fetching(e *Entry) bool { return e.X.flags.Load()&flagFetching != 0 }
 
 // AwaitRound waits while a settlement round (or an early top-up) has a
-// settlement of e in flight, until its reply has been applied, at most
-// Config.ColdWait and no longer than ctx, and reports whether there was
-// one. A request about to be denied for want of allowance waits so for the
-// allowance that round may bring: its fetch, sent while the round was under
-// way, can find the bucket emptied by the round itself.
+// settlement of e in flight, until its reply has been applied, as long as
+// the round makes progress (see awaitRound) and no longer than ctx, and
+// reports whether there was one. A request about to be denied for want of
+// allowance waits so for the allowance that round may bring: its fetch,
+// sent while the round was under way, can find the bucket emptied by the
+// round itself.
 func (r *Reconciler) AwaitRound(ctx context.Context, e *Entry) bool {
 	if !e.X.settling() {
 		return false
 	}
-	t := time.NewTimer(r.cfg.ColdWait)
-	defer t.Stop()
+	r.awaitRound(ctx, e, func() bool { return !e.X.settling() })
+	return true
+}
+
+// awaitRound waits until cond holds, for a round that holds e's key: while
+// the round makes progress, a call of it answered at least every
+// roundWait, and no longer than ctx. It reports whether cond held. A round
+// of many keys goes to Redis in calls of maxBatch keys, one after another,
+// and a key of its last call waits for all of them: on a busy Redis that
+// takes longer than any one call's deadline, while a Redis that stopped
+// answering leaves the round without progress for a call's deadline.
+func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool) bool {
+	if cond() {
+		return true
+	}
+	wait := r.roundWait(e)
+	t := r.timer(wait)
+	defer r.putTimer(t)
 	for {
-		ch := *r.applied.Load() // before the flag: a reply applied after this closes ch
-		if !e.X.settling() {
+		ch := *r.applied.Load() // before cond: a reply applied after this closes ch
+		if cond() {
 			return true
 		}
 		select {
 		case <-ch:
+			t.Reset(wait) // a call of a round answered
 		case <-t.C:
-			return true
+			return false
 		case <-ctx.Done():
-			return true
+			return false
 		}
 	}
+}
+
+// roundWait is how long a round holding e's key may go without a call
+// answered before awaitRound gives up on it: a call may wait in the node's
+// queue behind another and then take its own deadline, each at most the
+// breaker's deadline for a full call (which adapts to the latency Redis
+// shows).
+func (r *Reconciler) roundWait(e *Entry) time.Duration {
+	return 2 * r.nodeOf(done, e.Key()).br.Timeout(maxBatch)
 }
 
 // goOwned runs f on a goroutine that Close waits for. It reports false,

@@ -121,6 +121,7 @@ const (
 	flagFetching                     // a fetch of the key is on its way
 	flagAlone                        // nobody else wrote the key's bucket between this instance's calls lately (see Askers)
 	flagDoubt                        // and the last reply said otherwise, once
+	flagAwaiting                     // a fetch of the key waits for a round charging it (see awaitCharge)
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
@@ -186,9 +187,17 @@ func (s *State) clearQueued() { s.flags.And(^flagQueued) }
 // charge, sent and not applied, has yet to reach.
 func (s *State) claimCharge() bool { return s.flags.Or(flagCharging)&flagCharging == 0 }
 
-// charging reports whether a round or a fetch holds the claim of
-// claimCharge.
-func (s *State) charging() bool { return s.flags.Load()&flagCharging != 0 }
+// awaiting reports whether a fetch of the key waits for a round charging
+// it.
+func (s *State) awaiting() bool { return s.flags.Load()&flagAwaiting != 0 }
+
+// roundCharging reports whether a round holds the claim of claimCharge: the
+// key's charge is claimed, and not by a fetch (none on its way, or the one
+// on its way waits for the claim). A fetch about to wait is not seen.
+func (s *State) roundCharging() bool {
+	f := s.flags.Load()
+	return f&flagCharging != 0 && (f&flagFetching == 0 || f&flagAwaiting != 0)
+}
 
 // releaseCharge ends a claim of claimCharge.
 func (s *State) releaseCharge() { s.flags.And(^flagCharging) }
