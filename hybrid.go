@@ -384,8 +384,8 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if fresh { // a key in use whose lease ran dry: it grows
 		l.r.Starved(e, false)
 	}
-	e.X.AddDemand(cost) // the fetches ask for what all their waiters need
-	defer e.X.AddDemand(-cost)
+	l.r.AddDemand(e, cost) // the fetches ask for what all their waiters need
+	defer l.r.AddDemand(e, -cost)
 	for range maxFetches {
 		if err := l.r.Fetch(ctx, e, cost); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)

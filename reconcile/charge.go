@@ -22,7 +22,7 @@ import (
 // twice.
 func (r *Reconciler) charge(e *Entry, s *global.Settlement) {
 	s.Consumed = e.Pending.TakeAll()
-	if pp := e.X.prepaid.TakeAll(); pp > 0 {
+	if pp := r.sides.takePrepaid(e); pp > 0 {
 		if pp <= s.Consumed {
 			s.Consumed -= pp
 		} else {
@@ -81,7 +81,7 @@ func (r *Reconciler) unclaim(s *global.Settlement, o owner) {
 // Unsettled returns what e spent that Redis has not charged and did not
 // grant beforehand, in micro-tokens: what the bucket does not know of yet.
 func (r *Reconciler) Unsettled(e *Entry) int64 {
-	return max(e.Pending.Load()-e.X.prepaid.Load(), 0)
+	return max(e.Pending.Load()-r.sides.prepaid(e), 0)
 }
 
 // restore puts back what a failed settlement took out of its entry, or
@@ -121,7 +121,7 @@ func (r *Reconciler) putBack(key string, o owner, consumed, returned int64) (kep
 		if returned > 0 && o.sp.Mode == Optimistic {
 			// A grant given back, less the spending it paid for: prepaid
 			// again (see charge).
-			if o.e.X.prepaid.Add(returned) {
+			if r.sides.addPrepaid(o.e, returned) {
 				returned = 0
 			}
 		} else if returned > 0 && o.e.Allowance.Add(returned) {

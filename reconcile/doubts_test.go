@@ -235,8 +235,8 @@ func lostFetch(t *testing.T, st *store, r *reconcile.Reconciler, e *reconcile.En
 	t.Helper()
 	// Requests waiting for 2 tokens: a lease beyond the request, numbered
 	// (a fetch for the request alone is not).
-	e.X.AddDemand(2 * M)
-	defer e.X.AddDemand(-2 * M)
+	r.AddDemand(e, 2*M)
+	defer r.AddDemand(e, -2*M)
 	st.set(func(s *store) { s.lost = context.DeadlineExceeded })
 	if err := r.Fetch(context.Background(), e, M); err == nil {
 		t.Fatal("Fetch with its reply lost: no error")
@@ -312,8 +312,8 @@ func TestLostFetchResentByFetch(t *testing.T) {
 		}
 		// Once answered, the next fetch is a new one.
 		e.Allowance.TakeAll()
-		e.X.AddDemand(2 * M)
-		defer e.X.AddDemand(-2 * M)
+		r.AddDemand(e, 2*M)
+		defer r.AddDemand(e, -2*M)
 		if err := r.Fetch(context.Background(), e, M); err != nil {
 			t.Fatal(err)
 		}

@@ -71,7 +71,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// What the requests waiting for the key need, if more: they
 			// came while the last fetch was on its way, and this one serves
 			// them all (whole tokens, within the most a lease holds).
-			need := e.X.demand.Load() / local.Micro * local.Micro
+			need := r.sides.demand(e) / local.Micro * local.Micro
 			s.Want = max(min(max(tgt, need), r.maxLease(sp)), cost) - bal
 			s.MinGrant = cost - bal
 			// A lease beyond the request is what a lost reply would lose:

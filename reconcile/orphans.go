@@ -12,7 +12,7 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	if sp == nil || sp.Mode != Lease {
 		unused = 0
 	}
-	if pp := e.X.prepaid.Retire(); pp > 0 { // as charge does
+	if pp := r.sides.retirePrepaid(e); pp > 0 { // as charge does
 		d := min(pp, pending)
 		pending, unused = pending-d, unused+pp-d
 	}

@@ -172,6 +172,7 @@ type Reconciler struct {
 	countedOnce sync.Once
 	early       chan struct{}
 	applied     atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
+	sides       sides                         // the entries' demands and prepaid grants
 	flights     singleflight.Group
 	evicted     evictions // the keys that left the store lately
 	stats       counters

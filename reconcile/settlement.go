@@ -91,7 +91,7 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 		// adds them to the budget instead, prepaid: the refill since the
 		// last view is what the grant took.
 		if rep.Granted > 0 {
-			if !e.X.prepaid.Add(rep.Granted) {
+			if !r.sides.addPrepaid(e, rep.Granted) {
 				r.addOrphan(s.Key, sp, 0, rep.Granted) // the entry left meanwhile
 			} else {
 				// The grant replaces the budget's fraction of a token, if

@@ -87,26 +87,11 @@ type State struct {
 	spec   atomic.Pointer[Spec]
 	target atomic.Uint32 // lease: whole tokens of allowance to keep; 0 until first sized
 	flags  atomic.Uint32 // the flags below; the upper half, see markForeign
-	// prepaid holds, for an optimistic key, the micro-tokens Redis granted
-	// to its budget out of the bucket (see charge): spending them is
-	// recorded as consumption like any other, so the next settlement
-	// charges that much less.
-	prepaid local.Tokens
-	// demand is what the requests waiting for a lease fetch of the key
-	// need, in micro-tokens (AddDemand): the next fetch asks for that much
-	// at least, so that a key's concurrent first requests are served by
-	// one fetch more, not one each.
-	demand atomic.Int64
 	// lastNow is the Redis time, in microseconds, of this instance's
 	// latest reply for the key (0: none yet); the tokens it left in the
 	// bucket are the entry's view (see observe).
 	lastNow atomic.Int64
 }
-
-// AddDemand adds d micro-tokens to what the requests waiting for a lease
-// fetch of the key need (d < 0 takes it back): a request adds its cost
-// before it waits, and takes it back when it is decided.
-func (s *State) AddDemand(d int64) { s.demand.Add(d) }
 
 // Flags of State.
 const (
@@ -122,6 +107,7 @@ const (
 	flagAlone                        // nobody else wrote the key's bucket between this instance's calls lately (see Askers)
 	flagDoubt                        // and the last reply said otherwise, once
 	flagAwaiting                     // a fetch of the key waits for a round charging it (see awaitCharge)
+	flagPrepaid                      // the key's side may hold a prepaid grant (see sides)
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts

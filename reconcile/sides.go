@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// sides holds what only a few entries need at a time, out of State, which
+// every tracked key carries (a long tail tracks hundreds of thousands):
+// what the requests waiting for a lease fetch of a key need (its demand),
+// and the tokens Redis granted an optimistic key's budget out of the bucket
+// (its prepaid grant). A key has a side while either is not zero; the
+// State flag flagPrepaid tells a round, which charges every optimistic key
+// it settles, whether to look.
+type sides struct {
+	shards [sideShards]sideShard
+}
+
+// sideShards spreads the sides over locks by entry: concurrent slow paths
+// of different keys seldom share one.
+const sideShards = 16
+
+type sideShard struct {
+	mu sync.Mutex
+	m  map[*Entry]*side
+	_  [48]byte // keep shards on separate cache lines
+}
+
+// side is an entry's demand and prepaid grant, in micro-tokens.
+type side struct {
+	demand, prepaid int64
+}
+
+// shard returns the shard of e's side.
+func (s *sides) shard(e *Entry) *sideShard {
+	p := uintptr(unsafe.Pointer(e))
+	return &s.shards[(p>>7^p>>13)%sideShards]
+}
+
+// get returns e's side, made if create is true, or nil; sh.mu is held.
+func (sh *sideShard) get(e *Entry, create bool) *side {
+	sd := sh.m[e]
+	if sd == nil && create {
+		if sh.m == nil {
+			sh.m = map[*Entry]*side{}
+		}
+		sd = new(side)
+		sh.m[e] = sd
+	}
+	return sd
+}
+
+// drop forgets e's side if it holds nothing; sh.mu is held.
+func (sh *sideShard) drop(e *Entry, sd *side) {
+	if sd.demand == 0 && sd.prepaid == 0 {
+		delete(sh.m, e)
+	}
+}
+
+// AddDemand adds d micro-tokens to what the requests waiting for a lease
+// fetch of e's key need (d < 0 takes it back): a request adds its cost
+// before it waits, and takes it back when it is decided. The next fetch asks
+// for that much at least, so that a key's concurrent first requests are
+// served by one fetch more, not one each.
+func (r *Reconciler) AddDemand(e *Entry, d int64) { r.sides.addDemand(e, d) }
+
+// addDemand is AddDemand.
+func (s *sides) addDemand(e *Entry, d int64) {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	sd := sh.get(e, true)
+	sd.demand += d
+	sh.drop(e, sd)
+	sh.mu.Unlock()
+}
+
+// demand returns what the requests waiting for a lease fetch of e's key
+// need.
+func (s *sides) demand(e *Entry) int64 {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sd := sh.get(e, false); sd != nil {
+		return sd.demand
+	}
+	return 0
+}
+
+// addPrepaid adds n > 0 micro-tokens to e's prepaid grant and reports
+// whether it did: not once e has left the store (its prepaid grant was
+// handed off already, see takePrepaid).
+func (s *sides) addPrepaid(e *Entry, n int64) bool {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e.Retired() { // retired before handOff takes the lock
+		return false
+	}
+	sh.get(e, true).prepaid += n
+	e.X.flags.Or(flagPrepaid)
+	return true
+}
+
+// prepaid returns e's prepaid grant.
+func (s *sides) prepaid(e *Entry) int64 {
+	if e.X.flags.Load()&flagPrepaid == 0 {
+		return 0
+	}
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sd := sh.get(e, false); sd != nil {
+		return sd.prepaid
+	}
+	return 0
+}
+
+// takePrepaid returns e's prepaid grant and empties it. A grant on its way
+// meanwhile is left for the next call.
+func (s *sides) takePrepaid(e *Entry) int64 {
+	if e.X.flags.Load()&flagPrepaid == 0 {
+		return 0
+	}
+	return s.retirePrepaid(e)
+}
+
+// retirePrepaid is takePrepaid for an entry that has left the store: it
+// takes the lock whatever the flag says, so that a grant added before e
+// left (addPrepaid checks under the lock) is taken, and one added after is
+// refused: nothing stays behind.
+func (s *sides) retirePrepaid(e *Entry) int64 {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e.X.flags.And(^flagPrepaid)
+	sd := sh.get(e, false)
+	if sd == nil {
+		return 0
+	}
+	pp := sd.prepaid
+	sd.prepaid = 0
+	sh.drop(e, sd)
+	return pp
+}
