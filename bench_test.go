@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -176,6 +177,10 @@ func BenchmarkRedisPerDecision(b *testing.B) {
 // Each reports the heap it holds a key (heapB/key: the heap after the keys
 // are in, less the heap before, over the keys; the key strings themselves
 // are the benchmark's, which the sync.Map shares and the Limiter copies).
+// The Limiter's is measured at steady state, on a Limiter of its own with
+// the default rounds, each key asked once and settled (see benchKeyHeap);
+// the log also says what the timed Limiter holds a key, each with its lease
+// and no round since.
 func BenchmarkAllowKeys(b *testing.B) {
 	cfg := hybrid.Config{
 		MaxKeys:       1 << 21,
@@ -211,6 +216,11 @@ func BenchmarkAllowKeys(b *testing.B) {
 			}
 			m = nil
 
+			// The heap a key at steady state, on a Limiter of its own,
+			// closed before the timed one is made (whose first round, a
+			// minute in, would build a round of every key beside it).
+			perKey = benchKeyHeap(b, keys, cfg.MaxKeys)
+
 			// One Limiter for both sub-benchmarks and every -count run,
 			// warmed once: each key holds 2^20 tokens.
 			before = heapAlloc()
@@ -218,7 +228,8 @@ func BenchmarkAllowKeys(b *testing.B) {
 			start := time.Now()
 			benchHold(b, l, keys, benchHuge, cfg.LocalCapacity)
 			b.Logf("warmed %d keys in %v", n, time.Since(start).Round(time.Millisecond))
-			perKey = float64(heapAlloc()-before) / float64(n)
+			held := float64(heapAlloc()-before) / float64(n)
+			b.Logf("heap a key: %.1f B settled (each key asked once, rounds every 100ms), %.1f B holding its lease (no round since)", perKey, held)
 			ctx := context.Background()
 			for _, par := range pars {
 				b.Run("par="+strconv.FormatBool(par)+"/impl=hybrid", func(b *testing.B) {
@@ -244,6 +255,55 @@ func benchHold(b *testing.B, l *hybrid.Limiter, keys []string, lim hybrid.Limit,
 		r.Cancel()
 		return r.Result(), nil
 	})
+}
+
+// benchKeyHeap returns the heap a tracked key costs a Limiter at steady
+// state, in bytes: a Limiter with the default rounds (and MaxKeys maxKeys)
+// asks once for each key, then waits until the rounds have settled them:
+// until its lost-writes journal, which holds what the keys' fetches and the
+// rounds' give-backs took and which a heartbeat empties three heartbeat
+// intervals after the last write (some thirty rounds), is empty, with
+// nothing in flight, orphaned or unsettled, for two seconds in a row.
+// The Limiter is closed after the measure.
+func benchKeyHeap(b *testing.B, keys []string, maxKeys int) float64 {
+	b.Helper()
+	before := heapAlloc()
+	rdb := redistest.Client(b, redistest.Server(b))
+	l, err := hybrid.New(rdb, hybrid.Config{MaxKeys: maxKeys, ColdWait: 2 * time.Second, Breaker: breaker.Config{CallTimeout: 2 * time.Second}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		l.Close(context.Background())
+		rdb.Close()
+	}()
+	benchWarm(b, l, keys, benchHuge)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	if n := l.Stats().Reconcile.Journal; n == 0 {
+		b.Fatal("the journal holds nothing once the keys were asked: their fetches are not in it, and it tells nothing of the rounds")
+	}
+	for calm := 0; calm < 20; { // two seconds in a row: a large round takes a while to build
+		st := l.Stats().Reconcile
+		if st.InFlight == 0 && st.Orphans == 0 && st.Journal == 0 && st.Unsettled == 0 {
+			calm++
+		} else {
+			calm = 0
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			b.Fatalf("not settled a minute after the keys were asked: %d in flight, %d orphans, %d journal entries", st.InFlight, st.Orphans, st.Journal)
+		}
+	}
+	if got := l.Stats().Reconcile.Keys; got != len(keys) {
+		b.Fatalf("%d keys tracked, want %d", got, len(keys))
+	}
+	if path := os.Getenv("HYBRID_HEAPPROFILE"); path != "" {
+		writeHeapProfile(b, path) // where the bytes a key go, for go tool pprof
+	}
+	return float64(heapAlloc()-before) / float64(len(keys))
 }
 
 // heapAlloc returns the bytes of live heap objects after two collections.

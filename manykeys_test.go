@@ -214,7 +214,7 @@ return {charged, wrong, first}`)
 // writeHeapProfile writes a heap profile to path, after a GC: with
 // HYBRID_HEAPPROFILE=file, TestManyKeys writes one where it measures the
 // bytes per tracked key, for go tool pprof -sample_index=inuse_space.
-func writeHeapProfile(t *testing.T, path string) {
+func writeHeapProfile(t testing.TB, path string) {
 	t.Helper()
 	runtime.GC()
 	f, err := os.Create(path)

@@ -24,6 +24,7 @@ func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 	if err != nil {
 		return r.cfg.HeartbeatInterval // a count to make, not a call to retry
 	}
+	r.journal.trim(now.UnixMicro(), r.journalSpan())
 	end := r.clock.Now()
 	r.stats.clockSample(r.clock.Time(start), r.clock.Time(end), now)
 	if old := r.stats.heard.Swap(int64(live)); int64(live) > old {

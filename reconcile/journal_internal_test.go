@@ -68,3 +68,45 @@ func TestJournalSuffix(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalTrim: a heartbeat drops the slots older than the journal's
+// span though no write comes after them, unless an outage pins them.
+func TestJournalTrim(t *testing.T) {
+	sp, err := NewSpec(10, 100, Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const span = 3 * time.Second
+	base := time.Unix(1000, 0)
+	fill := func(j *journal) {
+		for i := range 100 {
+			s := global.Settlement{Key: "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))}
+			j.add(sp, "", &s, &global.Reply{Granted: 1_000_000, Now: base.Add(time.Duration(i) * 10 * time.Millisecond)}, span)
+		}
+	}
+	var j journal
+	fill(&j)
+	if j.n != 100 || len(j.slots) != 10 {
+		t.Fatalf("journal of %d entries in %d slots, want 100 in 10", j.n, len(j.slots))
+	}
+	j.trim(base.Add(span).UnixMicro(), span)
+	if j.n != 100 {
+		t.Errorf("trimmed at the span's end: %d entries left, want 100", j.n)
+	}
+	j.trim(base.Add(span+510*time.Millisecond).UnixMicro(), span)
+	if j.n != 50 || len(j.slots) != 5 {
+		t.Errorf("trimmed 510ms after: %d entries in %d slots left, want 50 in 5", j.n, len(j.slots))
+	}
+	j.trim(base.Add(span+2*time.Second).UnixMicro(), span)
+	if j.n != 0 || len(j.slots) != 0 {
+		t.Errorf("trimmed a second after the last write's span: %d entries in %d slots left, want none", j.n, len(j.slots))
+	}
+
+	var pinned journal
+	fill(&pinned)
+	pinned.pin(base.Add(time.Second).UnixMicro(), span)
+	pinned.trim(base.Add(time.Hour).UnixMicro(), span)
+	if pinned.n != 100 {
+		t.Errorf("trimmed during an outage: %d entries left, want the 100 it pins", pinned.n)
+	}
+}

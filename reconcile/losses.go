@@ -154,12 +154,35 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 	}
 	t.sp, t.at, t.net, t.suffix = sp, max(t.at, at), t.net+net, max(t.suffix+net, 0)
 	j.slots[k].took[id] = t
-	cut := at - span.Microseconds()
-	if at < j.pinUntil {
+	j.dropLocked(at, span, 1)
+}
+
+// len returns the entries the journal holds.
+func (j *journal) len() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.n
+}
+
+// trim drops what the journal keeps from before span ago, now being Redis
+// time in microseconds (a heartbeat's): the slots of a burst of writes go
+// when they are old, not when the next write comes, which may be never.
+func (j *journal) trim(now int64, span time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dropLocked(now, span, 0)
+}
+
+// dropLocked drops the oldest slots while they ended more than span before
+// now (unless an outage pins them) or the journal holds more than
+// journalMax entries, keeping the newest keep slots at least. j.mu is held.
+func (j *journal) dropLocked(now int64, span time.Duration, keep int) {
+	cut := now - span.Microseconds()
+	if now < j.pinUntil {
 		cut = min(cut, j.pinFrom)
 	}
 	drop := 0
-	for drop < len(j.slots)-1 && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
+	for drop < len(j.slots)-keep && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
 		j.n -= len(j.slots[drop].took)
 		drop++
 	}

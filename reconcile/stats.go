@@ -63,6 +63,7 @@ type Stats struct {
 	Instances       int64         // the fleet size used for fallback shares
 	Keys            int           // keys tracked
 	Orphans         int           // keys that left the store with dues still to settle, not yet in a round
+	Journal         int           // entries of the lost-writes journal: what this instance's settlements took lately, key by key (a heartbeat interval or three, more through an outage)
 	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
 	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
 	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
@@ -134,6 +135,7 @@ func (r *Reconciler) Stats() Stats {
 		Instances:       r.live.Load(),
 		Keys:            r.keys.Len(),
 		Orphans:         orphans,
+		Journal:         r.journal.len(),
 		InFlight:        int(inFlight),
 		Batches:         r.stats.batches.Load(),
 		Batched:         r.stats.batched.Load(),
