@@ -108,7 +108,11 @@ func (l *Limiter) allowedIn(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 		if v.Seen == 0 {
 			tokens = sp.Limit.Burst
 		}
-		rem = max(tokens-l.r.Unsettled(e), rem)
+		// What was spent and not settled: exact while the key holds no
+		// prepaid grant (Unsettled), and more by what the grant paid for
+		// while it does, which Unsettled would read under a lock shared
+		// with other keys: never on this path.
+		rem = max(tokens-e.Pending.Load(), rem)
 	}
 	rem = min(rem, sp.Limit.Burst)
 	// Field by field rather than a Result literal: a literal is built on
