@@ -56,7 +56,9 @@ func (h *Handle) Allow(ctx context.Context) (Result, error) { return h.AllowN(ct
 func (h *Handle) AllowN(ctx context.Context, n int64) (res Result, err error) {
 	old := h.e.Load()
 	if old != nil {
-		h.l.keys.Touch(old, h.hash) // its recency, as a lookup would
+		if !h.l.keys.Fresh(old) {
+			h.l.keys.Touch(old, h.hash) // its recency, as a lookup would
+		}
 		if _, ok := h.l.fast(&res, h.key, h.lim, n, old); ok {
 			return res, nil
 		}

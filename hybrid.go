@@ -262,21 +262,21 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 	if sp == nil || sp.Mode == Exact || !sp.Is(lim.Rate, lim.Burst, lim.Mode) || n < 1 || n > sp.Limit.Burst/local.Micro {
 		return nil, false
 	}
-	var left int64
 	if sp.Mode == Lease {
-		left, ok = e.Allowance.SpendLeftShared(n * local.Micro) // striped once contended
-	} else {
-		left, ok = e.Allowance.SpendLeft(n * local.Micro)
+		// The spend is inlined and comes before any call: Go stores what a
+		// call outlives before the first call, and the spend's atomic
+		// instruction waits for earlier stores (3 ns of a 25-ns decision;
+		// a stripe's spend likewise).
+		w := e.Allowance.Spender() // its own word, or a stripe once contended
+		left, ok := w.TrySpend(n * local.Micro)
+		if !ok {
+			return l.fastShared(res, lim, n*local.Micro, e, sp)
+		}
+		return l.leased(res, lim, left+e.Allowance.Besides(w), e, sp)
 	}
+	left, ok := e.Allowance.SpendLeft(n * local.Micro)
 	if !ok {
 		return nil, false
-	}
-	if sp.Mode == Lease {
-		if left < l.r.LowWater(e) {
-			l.r.Starved(e, true) // top it up before it runs dry
-		}
-		l.allowedIn(res, e, sp, lim, left, SourceLocal)
-		return e, true
 	}
 	kept := e.Pending.Add(n * local.Micro)
 	l.allowedIn(res, e, sp, lim, left, SourceLocal) // with n unsettled
@@ -287,6 +287,27 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 	// consumption must still be charged.
 	l.r.Orphan(key, sp, n*local.Micro)
 	return nil, true
+}
+
+// fastShared is fast's lease spend when the uncontended one failed: the
+// allowance is striped, contended, or short.
+func (l *Limiter) fastShared(res *Result, lim Limit, cost int64, e *reconcile.Entry, sp *reconcile.Spec) (*reconcile.Entry, bool) {
+	left, ok := e.Allowance.SpendLeftShared(cost) // striped once contended
+	if !ok {
+		return nil, false
+	}
+	return l.leased(res, lim, left, e, sp)
+}
+
+// leased is fast's decision once a lease's tokens are spent, leaving left
+// micro-tokens in e's allowance: it asks for more before it runs dry, and
+// writes the Result.
+func (l *Limiter) leased(res *Result, lim Limit, left int64, e *reconcile.Entry, sp *reconcile.Spec) (*reconcile.Entry, bool) {
+	if left < l.r.LowWater(e) {
+		l.r.Starved(e, true) // top it up before it runs dry
+	}
+	l.allowedIn(res, e, sp, lim, left, SourceLocal)
+	return e, true
 }
 
 // spend takes n micro-tokens from e's allowance: a lease's shared, striped

@@ -96,7 +96,10 @@ func (l *Limiter) allowedIn(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 	if src != SourceLocal {
 		l.stats.redisAllowed.Add(1)
 	}
-	v := e.View()
+	v, ok := e.TryView()
+	if !ok {
+		v = e.View()
+	}
 	rem := left
 	if sp.Mode == Lease {
 		rem += max(v.Tokens, 0) // the global bucket as last seen, besides our lease

@@ -215,8 +215,20 @@ func (a *Allowance) Spend(n int64) bool {
 // caller's stripe and the word hold after the spend, not the other
 // stripes'.
 func (a *Allowance) SpendLeftShared(n int64) (left int64, ok bool) {
-	if a.st.Load() != nil {
-		return a.spendStriped(n)
+	if st := a.st.Load(); st != nil {
+		// The caller's stripe, with no call before the atomic instruction
+		// (which waits for the stores a call's spills make).
+		salt := st.salt.Load()
+		s := st.mine(salt)
+		if v := s.w.v.Load(); v >= 0 && v&MaxAllowance >= n {
+			if nv := v - n + spendOne; nv >= 0 {
+				if s.w.v.CompareAndSwap(v, nv) {
+					return v&MaxAllowance - n + a.word.load(), true
+				}
+				st.salt.CompareAndSwap(salt, salt+1) // another goroutine spends from this stripe now: pick again
+			}
+		}
+		return a.spendStriped(st, s, n)
 	}
 	if v := a.word.v.Load(); v >= 0 && v&MaxAllowance >= n {
 		nv := v - n + spendOne
@@ -229,6 +241,45 @@ func (a *Allowance) SpendLeftShared(n int64) (left int64, ok bool) {
 		a.stripe() // another writer was quicker: the word is contended
 	}
 	return a.word.SpendLeft(n)
+}
+
+// Word is one word of an Allowance that spends are made on: its own, or
+// one of its stripes once it is split (see SpendLeftShared).
+type Word = word
+
+// Spender returns the word a spend of the caller's is made on: the stripe
+// its goroutine picks if a is split into stripes, else a's own word. With
+// Word.TrySpend and Besides it is SpendLeftShared's spend when nothing is in
+// its way, each small enough to be inlined, for a hot path that makes no
+// call before its atomic instruction (which waits for the stores that a
+// call's spills make).
+func (a *Allowance) Spender() *Word {
+	if st := a.st.Load(); st != nil {
+		return &st.mine(st.salt.Load()).w
+	}
+	return &a.word
+}
+
+// TrySpend takes n micro-tokens from w and counts the spend, if w holds n,
+// the count does not carry and no other writer comes between, and returns
+// what w holds after it; else it takes nothing and ok is false, and
+// SpendLeftShared decides.
+func (w *word) TrySpend(n int64) (left int64, ok bool) {
+	v := w.v.Load()
+	if nv := v - n + spendOne; v|nv >= 0 && v&MaxAllowance >= n && w.v.CompareAndSwap(v, nv) {
+		return v&MaxAllowance - n, true
+	}
+	return 0, false
+}
+
+// Besides returns what a holds besides its word w (Spender): its own
+// word's tokens if w is a stripe, else nothing. A spend from a stripe
+// leaves the stripe's tokens and the word's, as SpendLeftShared counts.
+func (a *Allowance) Besides(w *Word) int64 {
+	if w == &a.word {
+		return 0
+	}
+	return a.word.load()
 }
 
 // SpendUncounted is SpendLeft without counting the spend: for tokens fetched

@@ -35,9 +35,7 @@ type Entry[X any] struct {
 	// outage's fallback): a key that never needs one keeps 24 bytes less.
 	own atomic.Pointer[ownBucket]
 
-	seq     atomic.Uint64 // view sequence: odd while a write is under way
-	vTokens atomic.Int64  // view: micro-tokens the global bucket held
-	vSeen   atomic.Int64  // view: local monotonic time it was seen, ns
+	view viewCell // the last view of the global bucket
 }
 
 // Key returns the key e is the shadow of.
@@ -224,27 +222,62 @@ func (v View) Age(now time.Duration) time.Duration { return max(now-v.Seen, 0) }
 
 // SetView records v as the latest view of the global bucket. Writers are
 // serialised; readers never block and never see a torn view.
-func (e *Entry[X]) SetView(v View) {
-	for { // a writer makes the sequence odd, the others wait for it
-		if s := e.seq.Load(); s&1 == 0 && e.seq.CompareAndSwap(s, s+1) {
-			break
-		}
-		runtime.Gosched()
-	}
-	e.vTokens.Store(v.Tokens)
-	e.vSeen.Store(int64(v.Seen))
-	e.seq.Add(1)
-}
+func (e *Entry[X]) SetView(v View) { e.view.store(v) }
 
 // View returns the latest view of the global bucket, the zero View if none
 // was set. It writes no shared memory, so denials answered from it scale
 // across cores.
-func (e *Entry[X]) View() View {
+func (e *Entry[X]) View() View { return e.view.load() }
+
+// TryView is View when no writer is under way, small enough to be inlined:
+// ok is false while one is, and then View waits it out.
+func (e *Entry[X]) TryView() (v View, ok bool) { return e.view.tryLoad() }
+
+// viewCell is a View that readers load without a lock and never torn: a
+// sequence count, odd while a writer is under way, guards its two words.
+// It is not generic, so that the hot path's load is inlined.
+type viewCell struct {
+	seq    atomic.Uint64 // odd while a write is under way
+	tokens atomic.Int64  // micro-tokens the global bucket held
+	seen   atomic.Int64  // local monotonic time it was seen, ns
+}
+
+// store records v; writers are serialised.
+func (c *viewCell) store(v View) {
+	for { // a writer makes the sequence odd, the others wait for it
+		if s := c.seq.Load(); s&1 == 0 && c.seq.CompareAndSwap(s, s+1) {
+			break
+		}
+		runtime.Gosched()
+	}
+	c.tokens.Store(v.Tokens)
+	c.seen.Store(int64(v.Seen))
+	c.seq.Add(1)
+}
+
+// load returns the view: at once when no writer is under way, else from
+// loadSlow.
+func (c *viewCell) load() View {
+	if v, ok := c.tryLoad(); ok {
+		return v
+	}
+	return c.loadSlow()
+}
+
+// tryLoad is load when no writer is under way, small enough to be inlined.
+func (c *viewCell) tryLoad() (View, bool) {
+	s := c.seq.Load()
+	v := View{Tokens: c.tokens.Load(), Seen: time.Duration(c.seen.Load())}
+	return v, s&1 == 0 && c.seq.Load() == s
+}
+
+// loadSlow is load that waits out a writer.
+func (c *viewCell) loadSlow() View {
 	for {
-		s := e.seq.Load()
+		s := c.seq.Load()
 		if s&1 == 0 {
-			v := View{Tokens: e.vTokens.Load(), Seen: time.Duration(e.vSeen.Load())}
-			if e.seq.Load() == s {
+			v := View{Tokens: c.tokens.Load(), Seen: time.Duration(c.seen.Load())}
+			if c.seq.Load() == s {
 				return v
 			}
 		}

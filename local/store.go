@@ -120,7 +120,7 @@ func New[X any](cfg Config[X]) (*Store[X], error) {
 func (s *Store[X]) Get(key string) *Entry[X] {
 	h := maphash.String(s.seed, key)
 	e := s.shards[h&s.mask].table.Load().find(key, h)
-	if e != nil {
+	if e != nil && !s.Fresh(e) {
 		s.Touch(e, h)
 	}
 	return e
@@ -139,6 +139,11 @@ func (s *Store[X]) Touch(e *Entry[X], h uint64) {
 		s.shards[h&s.mask].touch(e, ep)
 	}
 }
+
+// Fresh reports whether e's recency was refreshed in this epoch already, so
+// that Touch would do nothing: a check small enough to be inlined, for a
+// caller whose hot path makes no call.
+func (s *Store[X]) Fresh(e *Entry[X]) bool { return e.touched.Load() == s.epoch.Load() }
 
 // GetOrAdd returns the entry for key, adding a new one if the store does not
 // track it; added reports which. Adding may evict the shard's least recently

@@ -320,8 +320,12 @@ func TestViewNotTorn(t *testing.T) {
 			}
 		})
 	}
-	for range 100000 {
-		if v := e.View(); v.Seen != -time.Duration(v.Tokens) {
+	for i := range 100000 {
+		if i%2 == 0 {
+			if v, ok := e.TryView(); ok && v.Seen != -time.Duration(v.Tokens) {
+				t.Fatalf("torn view from TryView %+v", v)
+			}
+		} else if v := e.View(); v.Seen != -time.Duration(v.Tokens) {
 			t.Fatalf("torn view %+v", v)
 		}
 	}
@@ -382,6 +386,22 @@ func TestStoreTouched(t *testing.T) {
 	s.GetOrAdd("c")
 	if got := keys(s.Tick(nil)); len(got) != 2 || got["b"] != 1 || got["c"] != 1 {
 		t.Fatalf("third Tick listed %v, want b and c once each", got)
+	}
+	// Fresh tells whether Touch would do anything: not until a new epoch.
+	a := s.Get("a")
+	if !s.Fresh(a) {
+		t.Fatal("an entry just looked up is not Fresh")
+	}
+	s.Tick(nil)
+	if s.Fresh(a) {
+		t.Fatal("an entry not touched since Tick is Fresh")
+	}
+	s.Touch(a, s.Hash("a"))
+	if !s.Fresh(a) {
+		t.Fatal("an entry just touched is not Fresh")
+	}
+	if got := keys(s.Tick(nil)); len(got) != 1 || got["a"] != 1 {
+		t.Fatalf("Tick after Touch listed %v, want a once", got)
 	}
 	untracked, _ := newTestStore(t, Config[none]{})
 	untracked.GetOrAdd("a")

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -36,9 +37,9 @@ const (
 
 // stripes are the parts of a striped Allowance.
 type stripes struct {
-	s    []stripe
-	mask uint64
-	_    [cacheLine - 32]byte // s and mask are read by every spend: apart from salt
+	s     []stripe
+	shift uint64               // 64 - log2(len(s)): a hash's top bits pick a stripe
+	_     [cacheLine - 32]byte // s and shift are read by every spend: apart from salt
 	// salt mixes into the stripe a goroutine picks; a spend that finds its
 	// stripe contended under the salt it picked with changes it, so that
 	// goroutines that picked the same stripe pick again (and a spend that
@@ -88,44 +89,29 @@ func stripeCount() int {
 
 // split splits a into n stripes, a power of two, unless it is already.
 func (a *Allowance) split(n int) {
-	a.st.CompareAndSwap(nil, &stripes{s: make([]stripe, n), mask: uint64(n - 1)})
+	a.st.CompareAndSwap(nil, &stripes{s: make([]stripe, n), shift: uint64(64 - bits.TrailingZeros(uint(n)))})
 }
 
-// mine returns the caller's stripe, and the salt it picked it with: the one
-// its goroutine's stack address picks, so that goroutines running at once
-// mostly spend from different stripes, and each goroutine from the same one.
-// Goroutine stacks are 2 KiB at least and aligned to their size, so the
+// mine returns the caller's stripe under salt (st.salt as the caller loaded
+// it): the one its goroutine's stack address picks, so that goroutines
+// running at once mostly spend from different stripes, and each goroutine
+// from the same one. Goroutine stacks are 2 KiB at least and aligned to their size, so the
 // address in 2 KiB units tells two goroutines apart (4 KiB would not: two
 // small stacks can share a page).
-func (st *stripes) mine() (*stripe, uint64) {
-	salt := st.salt.Load()
+func (st *stripes) mine(salt uint64) *stripe {
 	var x byte
-	// A splitmix64 finalizer of the address and the salt: a new salt
-	// moves two goroutines that collide apart as often as not.
-	h := uint64(uintptr(unsafe.Pointer(&x))>>11) ^ salt*0x9e3779b97f4a7c15
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return &st.s[h&st.mask], salt
+	// Fibonacci hashing of the address and the salt: one multiplication,
+	// whose top bits spread neighbouring stacks across the stripes, and
+	// move two goroutines that collide apart under a new salt as often as
+	// not. (The spend's atomic instruction waits for the stripe's address:
+	// a longer hash would delay every spend.)
+	h := (uint64(uintptr(unsafe.Pointer(&x))>>11) ^ salt) * 0x9e3779b97f4a7c15
+	return &st.s[h>>st.shift]
 }
 
-// spendStriped is SpendLeftShared on a's stripes.
-func (a *Allowance) spendStriped(n int64) (left int64, ok bool) {
-	st := a.st.Load()
-	if st == nil { // let go since the caller looked (Unstripe)
-		return a.word.SpendLeft(n)
-	}
-	s, salt := st.mine()
-	if v := s.w.v.Load(); v >= 0 && v&MaxAllowance >= n {
-		if nv := v - n + spendOne; nv >= 0 {
-			if s.w.v.CompareAndSwap(v, nv) {
-				return v&MaxAllowance - n + a.word.load(), true
-			}
-			st.salt.CompareAndSwap(salt, salt+1) // another goroutine spends from this stripe now: pick again
-		}
-	}
+// spendStriped is SpendLeftShared on a's stripes st, past a spend from s,
+// the caller's stripe, that did not go through at once.
+func (a *Allowance) spendStriped(st *stripes, s *stripe, n int64) (left int64, ok bool) {
 	if bal, ok := s.w.SpendLeft(n); ok {
 		return bal + a.word.load(), true
 	}

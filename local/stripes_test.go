@@ -123,6 +123,17 @@ func TestStripesConservation(t *testing.T) {
 						a.Unstripe() // let go under the spends, and made again
 					case g == 3 && i%50 == 25 && iter%3 != 2:
 						a.split(8)
+					case g == 4:
+						// The hot path's way: the inlined try first.
+						n := 1 + int64(i%3)
+						w := a.Spender()
+						if _, ok := w.TrySpend(n); ok {
+							spent.Add(n)
+							spends.Add(1)
+						} else if _, ok := a.SpendLeftShared(n); ok {
+							spent.Add(n)
+							spends.Add(1)
+						}
 					default:
 						if _, ok := a.SpendLeftShared(1 + int64(i%3)); ok {
 							spent.Add(1 + int64(i%3))
@@ -144,6 +155,59 @@ func TestStripesConservation(t *testing.T) {
 		if taken.Load() != spends.Load() {
 			t.Fatalf("iteration %d: TakeSpends returned %d in all, want the %d counted spends", iter, taken.Load(), spends.Load())
 		}
+	}
+}
+
+// TestSpender: the hot path's spend (Spender, Word.TrySpend, Besides) is
+// SpendLeftShared's when nothing is in its way, and fails, taking nothing,
+// when something is: too little, a count to carry, a retired allowance.
+func TestSpender(t *testing.T) {
+	var a Allowance
+	a.Add(100)
+	w := a.Spender()
+	if w != &a.word || a.Besides(w) != 0 {
+		t.Fatal("an allowance not striped spends from a stripe")
+	}
+	if left, ok := w.TrySpend(30); !ok || left != 70 || a.Load() != 70 {
+		t.Fatalf("TrySpend(30) of 100 = %d, %v, Load %d; want 70, true, 70", left, ok, a.Load())
+	}
+	if _, ok := w.TrySpend(71); ok || a.Load() != 70 {
+		t.Fatal("TrySpend(71) of 70 succeeded or took something")
+	}
+	// The count field holds 1023 spends; the next one carries.
+	a.Add(2000)
+	for range 1022 {
+		if _, ok := a.Spender().TrySpend(1); !ok {
+			t.Fatal("a spend under the count's bound failed")
+		}
+	}
+	if _, ok := a.Spender().TrySpend(1); ok {
+		t.Fatal("TrySpend made a spend whose count carries")
+	}
+	if _, ok := a.SpendLeftShared(1); !ok {
+		t.Fatal("SpendLeftShared failed the spend TrySpend left to it")
+	}
+	if got := a.TakeSpends(); got != 1+1022+1 {
+		t.Fatalf("TakeSpends = %d, want %d", got, 1+1022+1)
+	}
+	// Striped: the spender is the caller's stripe, and what the spend
+	// leaves counts the word's tokens besides the stripe's.
+	a.split(8)
+	st := a.st.Load()
+	for i := range st.s { // every stripe holds some: whichever the caller picks
+		st.s[i].w.add(a.word.takeUpTo(50))
+	}
+	before := a.Load()
+	w = a.Spender()
+	if w == &a.word {
+		t.Fatal("a striped allowance spends from its word")
+	}
+	if left, ok := w.TrySpend(5); !ok || left != 45 || a.Besides(w) != a.word.load() || a.Load() != before-5 {
+		t.Fatalf("TrySpend(5) from a stripe of 50 = %d, %v, Besides %d, Load %d; want 45, true, %d, %d", left, ok, a.Besides(w), a.Load(), a.word.load(), before-5)
+	}
+	a.Retire()
+	if _, ok := a.Spender().TrySpend(1); ok {
+		t.Fatal("TrySpend spent from a retired allowance")
 	}
 }
 
