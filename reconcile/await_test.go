@@ -1,0 +1,245 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// TestAwaitRound: a request may wait for the round that is settling its key
+// (until its reply is applied, and the allowance it grants is there); with
+// no round in flight for the key it does not wait at all.
+func TestAwaitRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, ColdWait: 200 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		if r.AwaitRound(context.Background(), e) {
+			t.Fatal("AwaitRound = true with no round under way")
+		}
+		gate := make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		r.Keys().Get("k")
+		r.Starved(e, false) // the round asks for a lease
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round waits at the gate
+		done := make(chan int64)
+		go func() {
+			waited := r.AwaitRound(context.Background(), e)
+			if !waited {
+				done <- -1
+				return
+			}
+			done <- e.Allowance.Load()
+		}()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case got := <-done:
+			t.Fatalf("AwaitRound returned (%d) while the round was in flight", got)
+		default:
+		}
+		close(gate)
+		synctest.Wait()
+		if got := <-done; got <= 0 {
+			t.Fatalf("after the round, AwaitRound saw allowance %d, want the round's grant", got)
+		}
+	})
+}
+
+// TestFetchGone: Fetch and Take of an entry that left the store say so with
+// ErrGone, for the caller to look the key up again, and send nothing.
+func TestFetchGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		r.Keys().Remove("k")
+		if err := r.Fetch(context.Background(), e, M); !errors.Is(err, reconcile.ErrGone) {
+			t.Errorf("Fetch of a removed entry = %v, want ErrGone", err)
+		}
+		if ok, err := r.Take(context.Background(), e, M); ok || !errors.Is(err, reconcile.ErrGone) {
+			t.Errorf("Take of a removed entry = %v, %v, want false, ErrGone", ok, err)
+		}
+		if n, _ := st.counts(); n != 0 {
+			t.Errorf("%d Settle calls, want none", n)
+		}
+	})
+}
+
+// TestOneChargeAtATime: an optimistic key's consumption is charged by one
+// settlement at a time. A fetch that comes while a round is charging the
+// key waits for the round's reply before it is sent (else Redis could
+// answer it from a bucket the round's charge has not reached, and the
+// budget or grant it brings would count the tokens the round charges); a
+// round that comes while a fetch is charging the key leaves the key to the
+// next round.
+func TestOneChargeAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, ColdWait: time.Second})
+		defer r.Close(context.Background())
+		sp := spec(t, 1, 100, reconcile.Optimistic)
+		e := entry(r, "k", sp)
+		time.Sleep(time.Millisecond)
+		e.SetView(local.View{Tokens: 100 * M, Seen: r.Clock().Now()})
+		st.set(func(s *store) { s.tokens["k"] = 100 * M })
+
+		// A round charges 90 while a fetch comes.
+		e.Pending.Add(90 * M)
+		r.Keys().Get("k")
+		gate := make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round waits at the gate
+		entered := func() int {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return st.entered
+		}
+		before := entered()
+		fetched := make(chan error, 1)
+		go func() { fetched <- r.Fetch(context.Background(), e, 20*M) }()
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := entered(); got != before {
+			t.Fatalf("a fetch was sent while a round charging its key was on its way (%d calls, want %d)", got, before)
+		}
+		st.set(func(s *store) { s.gate = nil })
+		close(gate)
+		if err := <-fetched; err != nil {
+			t.Fatal(err)
+		}
+		// The round left 10 in the bucket: the fetch could take 10 at
+		// most, and asked for 20.
+		if got := e.Allowance.Load(); got > 10*M {
+			t.Errorf("after the round charged 90 of 100, the fetch brought a budget of %d micro-tokens, more than the 10 left", got)
+		}
+
+		// A fetch charges 5 while the round comes (within the fetch's call
+		// timeout, 50ms): the round leaves the key.
+		time.Sleep(70 * time.Millisecond) // the next round is 30ms away
+		e.Pending.Add(5 * M)
+		gate = make(chan struct{})
+		st.set(func(s *store) { s.gate = gate })
+		go func() { fetched <- r.Fetch(context.Background(), e, 50*M) }()
+		synctest.Wait() // the fetch waits at the gate
+		before = entered()
+		r.Keys().Get("k")
+		time.Sleep(35 * time.Millisecond)
+		synctest.Wait()
+		if got := entered(); got != before {
+			t.Fatalf("a round charged the key while a fetch charging it was on its way (%d calls, want %d)", got, before)
+		}
+		st.set(func(s *store) { s.gate = nil })
+		close(gate)
+		if err := <-fetched; err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.get("k"); got > 10*M-5*M {
+			t.Errorf("the bucket holds %d micro-tokens after charges of 90 and 5 from 100, want at most 5M", got)
+		}
+	})
+}
+
+// TestAwaitLongRound: a round of many keys goes to Redis in calls of 512
+// keys, one after another; a request waiting for its key's settlement waits
+// as long as the round makes progress, not a call's deadline. Here 4,097
+// keys take 9 calls of 45ms each on a busy Redis, 405ms in all, more than
+// two of the breaker's deadlines for a full call: every key's AwaitRound,
+// begun as the round starts, returns once the key's settlement is applied.
+func TestAwaitLongRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		sp := spec(t, 1, 100, reconcile.Optimistic)
+		const n = 8*512 + 1
+		es := make([]*reconcile.Entry, n)
+		for i := range es {
+			es[i] = entry(r, "k"+strconv.Itoa(i), sp)
+			es[i].Pending.Add(M)
+		}
+		st.set(func(s *store) { s.delay = 45 * time.Millisecond })
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round's first call is on its way
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		var wg sync.WaitGroup
+		late := make([]bool, n)
+		for i, e := range es {
+			wg.Go(func() {
+				if !r.AwaitRound(context.Background(), e) {
+					t.Errorf("%s: AwaitRound = false while the round was on its way", e.Key())
+					return
+				}
+				st.mu.Lock()
+				late[i] = len(st.seqs[e.Key()]) == 0
+				st.mu.Unlock()
+			})
+		}
+		wg.Wait()
+		took := time.Since(start)
+		if k := slices.Index(late, true); k >= 0 {
+			t.Errorf("AwaitRound of %s returned before its settlement was applied, after %v (%d of %d keys)",
+				es[k].Key(), took, len(slices.DeleteFunc(late, func(b bool) bool { return !b })), n)
+		}
+		if took < 350*time.Millisecond {
+			t.Errorf("the round took %v: too short to show anything", took)
+		}
+	})
+}
+
+// TestFetchAwaitsSlowRound: a fetch of an optimistic key that waits for the
+// round charging the key is not given up at ColdWait: the request waits for
+// the round's reply, then ColdWait for its own. On a busy Redis each call
+// here takes 45ms (the floor of the breaker's deadline is 50ms): the round's
+// and then the fetch's, 85ms from the request, more than ColdWait, all of it
+// on a Redis that answers every call.
+func TestFetchAwaitsSlowRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond})
+		defer r.Close(context.Background())
+		sp := spec(t, 1, 100, reconcile.Optimistic)
+		e := entry(r, "k", sp)
+		time.Sleep(time.Millisecond)
+		e.SetView(local.View{Tokens: 100 * M, Seen: r.Clock().Now()})
+		st.set(func(s *store) { s.tokens["k"] = 100 * M; s.delay = 45 * time.Millisecond })
+		e.Pending.Add(10 * M)
+		r.Keys().Get("k")
+		before, _ := st.counts()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // the round's call is on its way
+		st.mu.Lock()
+		entered := st.entered
+		st.mu.Unlock()
+		if entered != before+1 {
+			t.Fatalf("%d Settle calls begun, want the round's (%d before)", entered, before)
+		}
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		if err := r.Fetch(context.Background(), e, 20*M); err != nil {
+			t.Fatalf("Fetch while a round charged the key, on a Redis that answers in 45ms: %v", err)
+		}
+		if took := time.Since(start); took <= 50*time.Millisecond {
+			t.Fatalf("Fetch took %v: the round did not hold it past ColdWait (the test shows nothing)", took)
+		}
+		if n := r.Stats().FetchTimeouts; n != 0 {
+			t.Errorf("Stats().FetchTimeouts = %d, want 0", n)
+		}
+		if got, _ := st.get("k"); got > 90*M {
+			t.Errorf("the bucket holds %d micro-tokens, want the round's charge of 10 made", got)
+		}
+	})
+}
