@@ -76,14 +76,17 @@ func (s *sides) addDemand(e *Entry, d int64) {
 
 // demand returns what the requests waiting for a lease fetch of e's key
 // need.
-func (s *sides) demand(e *Entry) int64 {
+func (s *sides) demand(e *Entry) int64 { return s.load(e).demand }
+
+// load returns a copy of e's side, the zero side if it has none.
+func (s *sides) load(e *Entry) side {
 	sh := s.shard(e)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sd := sh.get(e, false); sd != nil {
-		return sd.demand
+		return *sd
 	}
-	return 0
+	return side{}
 }
 
 // addPrepaid adds n > 0 micro-tokens to e's prepaid grant and reports
@@ -106,13 +109,7 @@ func (s *sides) prepaid(e *Entry) int64 {
 	if e.X.flags.Load()&flagPrepaid == 0 {
 		return 0
 	}
-	sh := s.shard(e)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sd := sh.get(e, false); sd != nil {
-		return sd.prepaid
-	}
-	return 0
+	return s.load(e).prepaid
 }
 
 // takePrepaid returns e's prepaid grant and empties it. A grant on its way
