@@ -95,9 +95,9 @@ func (a *Allowance) split(n int) {
 // mine returns the caller's stripe under salt (st.salt as the caller loaded
 // it): the one its goroutine's stack address picks, so that goroutines
 // running at once mostly spend from different stripes, and each goroutine
-// from the same one. Goroutine stacks are 2 KiB at least and aligned to their size, so the
-// address in 2 KiB units tells two goroutines apart (4 KiB would not: two
-// small stacks can share a page).
+// from the same one. Goroutine stacks are 2 KiB at least and aligned to
+// their size, so the address in 2 KiB units tells two goroutines apart
+// (4 KiB would not: two small stacks can share a page).
 func (st *stripes) mine(salt uint64) *stripe {
 	var x byte
 	// Fibonacci hashing of the address and the salt: one multiplication,
