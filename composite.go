@@ -252,7 +252,7 @@ func (l *Limiter) together(ctx context.Context, d *Decision, taken []Reservation
 			res = l.decided(m.e, c.Limit, gr)
 		} else {
 			l.r.Observe(m.e, &sets[i], rep) // before the view it reads changes
-			m.e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
+			l.r.SetView(m.e, local.View{Tokens: rep.Tokens, Seen: now})
 			if gr.Allowed {
 				res = l.allowed(m.e, m.sp, c.Limit, m.e.Allowance.Load(), SourceRedis)
 			} else {

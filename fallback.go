@@ -36,8 +36,14 @@ var (
 	// Config.Instances). A key's share starts from 1/N of what the
 	// instance last saw its global bucket hold, refilled at R/N since
 	// then, not from a full burst: a fleet whose Redis fails mid-run goes
-	// on at the limit's rate rather than admit a burst more. A key this
-	// instance never saw starts full. What the shares admit is charged
+	// on at the limit's rate rather than admit a burst more. A key whose
+	// entry left the store (more keys than Config.MaxKeys) starts where
+	// its share stood then, as a bounded ledger remembers it
+	// (Stats.Ledger); a key the ledger cannot tell apart from one it had
+	// to drop starts from the least the dropped ones might hold, which
+	// errs towards denying; a key this instance never saw starts full. An
+	// Optimistic key's share is less what this instance admitted for it
+	// that Redis has not been charged yet. What the shares admit is charged
 	// when Redis is back, with a claim of the refill each share kept by
 	// being spent, which the bucket in Redis, seeing none of it, lost at
 	// its burst: the bucket ends the outage where it would have had it
@@ -50,7 +56,9 @@ var (
 )
 
 // Static returns the policy that applies lim, per instance and per key,
-// whatever the key's own limit. lim.Mode is ignored.
+// whatever the key's own limit. lim.Mode is ignored. A key's bucket starts
+// full at each outage; one whose entry left the store starts where its
+// bucket stood then, as LocalShare's shares do.
 func Static(lim Limit) Fallback { return Fallback{kind: static, limit: lim} }
 
 // String names the policy.
@@ -94,24 +102,88 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 const outageGap = time.Second
 
 // seed returns what e's local bucket starts with under the fallback policy
-// at the first decision of an outage (see local.Entry.TakeFrom): under
-// LocalShare, this instance's share of what the global bucket held at the
-// last view, refilled at the share's rate since; a full share for a key
-// never seen, and under Static. The refill between the view and the
-// outage is counted even for a key in use then: the time a failing Redis
-// takes to open the breaker denies the fleet's requests meanwhile (they
-// wait for Redis, and are Unanswered), so the bucket refilled for nobody.
-// Where others did spend it (a partial outage, a view that was stale), the
-// shares' admissions are charged when Redis is back, in full: the bucket
-// keeps its bound over windows that end once the debt is repaid.
-func (l *Limiter) seed(e *reconcile.Entry, share local.Limit, now time.Duration) int64 {
-	v := e.View()
-	if l.fb.kind != localShare || v.Seen == 0 {
-		return share.Burst
+// at the first decision of an outage (see local.Entry.TakeFrom), at now:
+//   - under LocalShare, for a key this instance holds a view of, its share
+//     of what the global bucket held at the last view, refilled at the
+//     share's rate since. The refill between the view and the outage is
+//     counted even for a key in use then: the time a failing Redis takes to
+//     open the breaker denies the fleet's requests meanwhile (they wait for
+//     Redis, and are Unanswered), so the bucket refilled for nobody. Where
+//     others did spend it (a partial outage, a view that was stale), the
+//     shares' admissions are charged when Redis is back, in full: the
+//     bucket keeps its bound over windows that end once the debt is
+//     repaid;
+//   - under Static, for a key with a view, a full share;
+//   - for a key with no view (never seen, or seen by an entry that left
+//     the store since), what the ledger remembers of it: a full share for a
+//     key it holds no record of and cannot confuse with one it dropped,
+//     less where it can (see recalled).
+//
+// An Optimistic key's share is less what this instance spent of it and has
+// not settled (unsettled micro-tokens): the first request of a key admitted
+// on trust, a budget spent since the view, which the view does not show.
+func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration, unsettled int64) int64 {
+	var s int64
+	switch v := e.View(); {
+	case v.Seen == 0:
+		s = l.recalled(e.Key(), share, now)
+	case l.fb.kind == localShare:
+		held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
+		refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
+		s = held + min(refill, share.Burst-held)
+	default:
+		s = share.Burst
 	}
-	held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
-	refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
-	return held + min(refill, share.Burst-held)
+	if sp.Mode == Optimistic {
+		s -= unsettled
+	}
+	return max(s, 0)
+}
+
+// takeShare takes cost micro-tokens from the local bucket of e's key under
+// the fallback policy (LocalShare or Static), if it holds them, and writes
+// the bucket's state in res. A request that waited for Redis may find that
+// its entry left the store meanwhile, and that another request made the
+// key's entry anew: it decides on the key's live entry, whose bucket started
+// from what the ledger told of the one that left (see seed), so that the
+// two requests do not each take from a share of their own. It returns the
+// entry it decided on, nil if the key could not keep one.
+func (l *Limiter) takeShare(res *Result, e *reconcile.Entry, sp *reconcile.Spec, cost int64) (*reconcile.Entry, bool) {
+	share := l.shareOf(sp)
+	share.Burst = max(share.Burst, cost)
+	for range 3 {
+		if e.Retired() {
+			if e = l.keys.Get(e.Key()); e == nil || e.X.Spec() != sp {
+				return nil, false // the next request makes it anew
+			}
+			continue
+		}
+		now := l.clock.Now()
+		// The outage's first decision starts the share; one made shortly
+		// before the breaker opened (a refused call) belongs to the same
+		// outage.
+		after := l.r.DegradedSince(e.Key()) - outageGap
+		var seed int64
+		if !e.Started(after) {
+			seed = l.seed(e, sp, share, now, l.r.Unsettled(e))
+		}
+		ok := e.TakeFrom(now, share, cost, after, seed)
+		if ok && (e.Retired() || !l.keys.Holds(e)) {
+			// It left the store before the take: its ledger record,
+			// written as it left, does not hold the take, and a new
+			// entry may start from it.
+			e.PutAt(now, share, cost)
+			continue
+		}
+		b := e.Bucket(now, share)
+		res.Remaining = b.Remaining(now, share)
+		res.ResetAfter = b.ResetAfter(now, share)
+		if !ok {
+			res.RetryAfter = b.RetryAfter(now, share, cost)
+		}
+		return e, ok
+	}
+	return nil, false
 }
 
 // fallback decides a request for cost micro-tokens by the fallback policy.
@@ -126,26 +198,15 @@ func (l *Limiter) fallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 	case failClosed:
 	default:
 		if e != nil {
-			share := l.shareOf(sp)
-			share.Burst = max(share.Burst, cost)
-			now := l.clock.Now()
-			// The outage's first decision starts the share; one made
-			// shortly before the breaker opened (a refused call) belongs
-			// to the same outage.
-			since := l.r.DegradedSince(e.Key())
-			ok = e.TakeFrom(now, share, cost, since-outageGap, l.seed(e, share, now))
-			b := e.Bucket(now, share)
-			res.Remaining = b.Remaining(now, share)
-			res.ResetAfter = b.ResetAfter(now, share)
-			if !ok {
-				res.RetryAfter = b.RetryAfter(now, share, cost)
-			}
+			e, ok = l.takeShare(&res, e, sp, cost)
 		}
 	}
 	if ok {
 		res.Allowed = true
-		if e == nil || !e.Pending.Add(cost) {
+		if e == nil {
 			l.r.Orphan(key, sp, cost)
+		} else if !e.Pending.Add(cost) {
+			l.orphan(e, sp, cost)
 		}
 		l.stats.fallbackAllowed.Add(1)
 		l.stats.fallbackConsumed.Add(uint64(cost))

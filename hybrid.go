@@ -157,6 +157,9 @@ type Limiter struct {
 	clock local.Clock
 	fb    Fallback
 	stats counters
+	// ledger remembers the fallback's local buckets of keys whose entries
+	// left the store (see seed and left).
+	ledger *local.Ledger
 
 	specs  sync.Map // Limit -> *reconcile.Spec, interned
 	nspecs atomic.Int64
@@ -181,6 +184,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	checkClient(rdb, cfg.Logger)
+	l := &Limiter{g: g, fb: cfg.Fallback, ledger: local.NewLedger(ledgerSize(cfg.MaxKeys))}
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
 		FirstRound:    cmp.Or(cfg.FirstRound, firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval))),
@@ -193,17 +197,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		InstanceID:    cfg.InstanceID,
 		Breaker:       cfg.Breaker,
 		Logger:        cfg.Logger,
+		OnLeave:       func(e *reconcile.Entry, pending int64) { l.left(e, pending) },
+		Ledger:        l.ledger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
-	return &Limiter{
-		g:     g,
-		r:     r,
-		keys:  r.Keys(),
-		clock: r.Clock(),
-		fb:    cfg.Fallback,
-	}, nil
+	l.r, l.keys, l.clock = r, r.Keys(), r.Clock()
+	return l, nil
 }
 
 // firstRound draws when a new Limiter's first settlement round comes when
@@ -285,7 +286,7 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 	}
 	// The entry left the store between the two: its budget was spent, the
 	// consumption must still be charged.
-	l.r.Orphan(key, sp, n*local.Micro)
+	l.orphan(e, sp, n*local.Micro)
 	return nil, true
 }
 
@@ -382,7 +383,7 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	}
 	if left, ok := spend(e, sp, cost); ok {
 		if sp.Mode == Optimistic && !e.Pending.Add(cost) {
-			l.r.Orphan(e.Key(), sp, cost)
+			l.orphan(e, sp, cost)
 		}
 		return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 	}

@@ -33,7 +33,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		// Its first request is admitted on trust, charged at the next
 		// round.
 		if !e.Pending.Add(cost) {
-			l.r.Orphan(e.Key(), sp, cost)
+			l.orphan(e, sp, cost)
 		}
 		l.r.Trusted(e)
 		l.stats.trusted.Add(1)
@@ -79,7 +79,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		}
 		if left, ok := e.Allowance.SpendLeft(cost); ok {
 			if !e.Pending.Add(cost) {
-				l.r.Orphan(e.Key(), sp, cost)
+				l.orphan(e, sp, cost)
 			}
 			return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 		}
@@ -107,7 +107,7 @@ func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconci
 	}
 	if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer
 		if !e.Pending.Add(cost) {
-			l.r.Orphan(e.Key(), sp, cost)
+			l.orphan(e, sp, cost)
 		}
 		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 	}

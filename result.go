@@ -214,7 +214,7 @@ func (l *Limiter) decided(e *reconcile.Entry, lim Limit, gr global.Result) Resul
 	} else {
 		l.stats.exactDenied.Add(1)
 	}
-	e.SetView(local.View{Tokens: gr.Remaining * local.Micro, Seen: now})
+	l.r.SetView(e, local.View{Tokens: gr.Remaining * local.Micro, Seen: now})
 	return Result{
 		Allowed:    gr.Allowed,
 		Remaining:  gr.Remaining,

@@ -73,6 +73,15 @@ type Stats struct {
 	ExactAllowed, ExactDenied, ExactErrors, ExactResets uint64
 	// Refunds counts cancelled reservations.
 	Refunds uint64
+	// Ledger is what this instance remembers of the fallback's local
+	// buckets of keys whose entries left the store (more keys than
+	// Config.MaxKeys): its records, their memory, and the reads it could
+	// not tell (Unknown), which the fallback answered as if the key's
+	// bucket were as low as the least its set dropped might hold. Its
+	// table, made at the first entry that leaves the store with a bucket
+	// not full, holds twice Config.MaxKeys records, at least 65,536, at 9
+	// bytes each.
+	Ledger local.LedgerStats
 	// Degraded reports whether the fallback policy is deciding now: for
 	// every key on a single Redis; on a Redis Cluster, for the keys of at
 	// least one node (Reconcile.Nodes says which).
@@ -130,6 +139,7 @@ func (l *Limiter) Stats() Stats {
 		ExactErrors:      l.stats.exactErrors.Load(),
 		ExactResets:      l.stats.exactResets.Load(),
 		Refunds:          l.stats.refunds.Load(),
+		Ledger:           l.ledger.Stats(l.clock.Now()),
 		Degraded:         l.r.Degraded(),
 		Reconcile:        rs,
 	}

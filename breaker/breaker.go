@@ -164,6 +164,7 @@ type Breaker struct {
 	rejected  atomic.Uint64
 	pressured atomic.Uint64
 	successes atomic.Uint64 // calls that succeeded: Redis answering
+	failing   atomic.Bool   // the last call with an outcome failed
 
 	mu         sync.Mutex   // protects the fields below; taken under gobreaker's lock, never the other way
 	queue      []transition // transitions not yet delivered, from next on
@@ -290,6 +291,7 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 	case err == nil || isAnswered(err):
 		b.timeouts.observe(n, time.Since(start))
 		b.successes.Add(1)
+		b.failing.Store(false)
 		result = nil
 	case ctx.Err() != nil:
 		result = errExcluded
@@ -297,10 +299,17 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 		b.pressured.Add(1)
 		result = errExcluded
 	default:
+		b.failing.Store(true)
 		result = errFailure
 	}
 	return err
 }
+
+// Answering reports whether a call through b succeeded, and the last call
+// whose outcome counted did: what a caller needs before it admits on the
+// strength of a charge to come, which a Redis that fails its calls, or has
+// not answered one yet, may never take.
+func (b *Breaker) Answering() bool { return b.successes.Load() > 0 && !b.failing.Load() }
 
 // Timeout returns the deadline the breaker gives a call of size n now.
 func (b *Breaker) Timeout(n int) time.Duration { return b.timeouts.timeout(max(n, 1)) }

@@ -56,6 +56,7 @@ type ownBucket struct {
 	mu     sync.Mutex
 	bucket Bucket // bucket.last == unset until first used or set
 	credit credit
+	full   time.Duration // when bucket is full again, as of its last take or put; 0: not known
 }
 
 // credit is what an entry's local bucket gave since TakeFrom seeded it, as
@@ -113,8 +114,49 @@ func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n int64, after time.Du
 	if ok && b.credit.since != 0 {
 		b.credit.lim, b.credit.taken = lim, b.credit.taken+n
 	}
+	b.noteFull(lim)
 	b.mu.Unlock()
 	return ok
+}
+
+// noteFull records when b's bucket, under lim, is full again. b.mu must be
+// held.
+func (b *ownBucket) noteFull(lim Limit) {
+	b.full = b.bucket.last + b.bucket.ResetAfter(b.bucket.last, lim)
+}
+
+// Full returns when e's local bucket is full again, as of the last
+// TakeFrom or PutAt under the limit they were given: ok is false if
+// neither was made.
+func (e *Entry[X]) Full() (full time.Duration, ok bool) {
+	full, _, ok = e.fullAt()
+	return full, ok
+}
+
+// fullAt is Full that also returns the time of the bucket's last take or
+// put, a clock reading no later than now.
+func (e *Entry[X]) fullAt() (full, last time.Duration, ok bool) {
+	b := e.own.Load()
+	if b == nil {
+		return 0, 0, false
+	}
+	b.mu.Lock()
+	full, last = b.full, b.bucket.last
+	b.mu.Unlock()
+	return full, last, full != 0
+}
+
+// Started reports whether e's local bucket was used or set at or after
+// after: a TakeFrom with that after would go on with it, not start it anew.
+func (e *Entry[X]) Started(after time.Duration) bool {
+	b := e.own.Load()
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	last := b.bucket.last
+	b.mu.Unlock()
+	return last != unset && last >= after
 }
 
 // TakeKept reports what e's local bucket gave since TakeFrom seeded it, or
@@ -173,6 +215,7 @@ func (e *Entry[X]) PutAt(now time.Duration, lim Limit, n int64) {
 	if b.credit.since != 0 {
 		b.credit.taken = max(b.credit.taken-n, 0) // a take undone
 	}
+	b.noteFull(lim)
 	b.mu.Unlock()
 }
 
@@ -193,6 +236,7 @@ func (e *Entry[X]) SetBucket(c Bucket) {
 	b.mu.Lock()
 	b.bucket = c
 	b.credit = credit{}
+	b.full = 0
 	b.mu.Unlock()
 }
 

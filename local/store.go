@@ -37,6 +37,12 @@ type Config[X any] struct {
 	// these figures are final. OnEvict runs on the goroutine that caused the
 	// eviction, after every lock is released. Nil drops the figures.
 	OnEvict func(e *Entry[X], unused, pending int64)
+	// Ledger, if set, is told when the local bucket of every entry that
+	// leaves the store is full again (Entry.Full), as it leaves: under its
+	// shard's lock, once the entry can no longer be found, and so before a
+	// new entry of its key can be made. Entries whose bucket was never
+	// used cost nothing.
+	Ledger *Ledger
 	// TrackTouched makes Tick return the entries touched since the previous
 	// Tick. Without it Tick returns none and the store keeps no such list.
 	TrackTouched bool
@@ -62,6 +68,7 @@ type Store[X any] struct {
 	count    atomic.Int64 // entries tracked, across shards
 	epoch    atomic.Uint32
 	onEvict  func(e *Entry[X], unused, pending int64)
+	ledger   *Ledger
 	shards   []shard[X]
 }
 
@@ -97,6 +104,7 @@ func New[X any](cfg Config[X]) (*Store[X], error) {
 		capacity: int64(cfg.Capacity),
 		track:    cfg.TrackTouched,
 		onEvict:  cfg.OnEvict,
+		ledger:   cfg.Ledger,
 		shards:   make([]shard[X], cfg.Shards),
 	}
 	for i := range s.shards {
@@ -124,6 +132,13 @@ func (s *Store[X]) Get(key string) *Entry[X] {
 		s.Touch(e, h)
 	}
 	return e
+}
+
+// Holds reports whether e is the entry s holds for its key, without
+// touching it: false once e has left the store.
+func (s *Store[X]) Holds(e *Entry[X]) bool {
+	h := maphash.String(s.seed, e.key)
+	return s.shards[h&s.mask].table.Load().find(e.key, h) == e
 }
 
 // Hash returns key's hash in s, for Touch.
@@ -413,6 +428,11 @@ func (sh *shard[X]) removeLocked(e *Entry[X]) {
 		if p == e {
 			t.slots[i].Store(t.tomb)
 			t.live--
+			if l := sh.store.ledger; l != nil {
+				if full, now, ok := e.fullAt(); ok {
+					l.Put(e.key, full, now)
+				}
+			}
 			return
 		}
 	}

@@ -276,7 +276,7 @@ func (r *Reconciler) take(e *Entry, sp *Spec, cost int64, decided *atomic.Bool) 
 		r.stats.resets.Add(1)
 	}
 	r.observe(e, &s, &rep)
-	e.SetView(local.View{Tokens: rep.Tokens, Seen: r.clock.Now()})
+	r.SetView(e, local.View{Tokens: rep.Tokens, Seen: r.clock.Now()})
 	granted := rep.Granted
 	if !decided.CompareAndSwap(false, true) && granted > 0 { // the caller gave up
 		if !e.Allowance.Add(granted) { // nobody will spend it: give it back

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/local"
 )
 
 // handOff receives every entry that leaves the store, with its unspent
@@ -24,6 +25,19 @@ func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	r.stats.evicted.Add(1)
 	if sp != nil && sp.Mode == Optimistic {
 		r.evicted.add(e.Key())
+	}
+	if r.cfg.OnLeave != nil {
+		r.cfg.OnLeave(e, pending)
+	}
+}
+
+// SetView records v as e's latest view of its global bucket. An entry that
+// left the store before the view came (a reply to a call made for it) is
+// handed to Config.OnLeave again, with the view its leaving did not see.
+func (r *Reconciler) SetView(e *Entry, v local.View) {
+	e.SetView(v)
+	if r.cfg.OnLeave != nil && e.Retired() {
+		r.cfg.OnLeave(e, 0)
 	}
 }
 

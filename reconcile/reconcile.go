@@ -91,6 +91,16 @@ type Config struct {
 	// that saw none of their admissions do not both count the outage's
 	// refill.
 	ShareCredit bool
+	// OnLeave, if set, receives every entry that leaves the store (evicted,
+	// removed, or drained at Close), retired, with the consumption it had
+	// not settled (micro-tokens, which the reconciler charges later): what
+	// the fallback would know of the key is lost with it, unless the owner
+	// keeps it (hybrid's ledger of its evicted keys' shares). It runs on
+	// the goroutine that caused the eviction, with no lock held.
+	OnLeave func(e *Entry, pending int64)
+	// Ledger, if set, is told when the local bucket of every entry that
+	// leaves the store is full again, as it leaves (local.Config.Ledger).
+	Ledger *local.Ledger
 	// HeartbeatInterval is the time between two heartbeats; an instance
 	// not heard from for three of them is no longer counted. 0 means 1s.
 	HeartbeatInterval time.Duration
@@ -290,7 +300,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	keys, err := local.New(local.Config[State]{Capacity: cfg.MaxKeys, OnEvict: r.handOff, TrackTouched: true})
+	keys, err := local.New(local.Config[State]{Capacity: cfg.MaxKeys, OnEvict: r.handOff, TrackTouched: true, Ledger: cfg.Ledger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -491,8 +501,12 @@ func (r *Reconciler) Closed() bool { return r.closing.Load() }
 // its bucket yet: whether it may admit cost micro-tokens at once, before
 // Redis tells what the bucket holds. Only the entry's first request may (the
 // first caller of Trust; it returns false to every other), within one
-// instance's budget cap (Cap), and only if this instance does not remember
-// evicting the key lately: a key made again after an eviction learns its
+// instance's budget cap (Cap), only while the key's node answers (its
+// breaker saw a call succeed, and the last call that counted did: a Redis
+// that fails may never take the charge, and the fallback's share, which
+// cannot see the charge while a round holds it, would admit the request
+// again), and only if this instance does not remember evicting the key
+// lately: a key made again after an eviction learns its
 // bucket first, since a first request admitted on trust at each of its
 // comings back would add up without bound under key churn. A caller told
 // true records the request's consumption (charged at the next round, which
@@ -503,7 +517,7 @@ func (r *Reconciler) Trust(e *Entry, sp *Spec, cost int64) bool {
 	if !e.X.claimFirst() {
 		return false
 	}
-	if cost <= r.Cap(sp) && !r.evicted.has(e.Key()) {
+	if cost <= r.Cap(sp) && !r.evicted.has(e.Key()) && r.nodeOf(done, e.Key()).br.Answering() {
 		return true
 	}
 	e.X.firstDone()

@@ -118,7 +118,7 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 		})
 	}
 	r.observe(e, s, rep)
-	e.SetView(local.View{Tokens: rep.Tokens, Seen: now})
+	r.SetView(e, local.View{Tokens: rep.Tokens, Seen: now})
 	return sp.Mode == Lease && e.Allowance.Load() > 0 || e.Pending.Load() > 0
 }
 

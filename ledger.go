@@ -1,0 +1,69 @@
+package hybrid
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/local"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// What the fallback keeps of the keys that leave the store. A key's local
+// bucket under the fallback policy lives in its entry, and an entry leaves
+// the store when more keys than Config.MaxKeys are asked: during an outage,
+// a key made again would start its share anew at every eviction, and a
+// client rotating keys would be limited by nothing. So each entry that
+// leaves writes in the Limiter's ledger (local.Ledger, bounded) when its
+// share would be full again, and a new entry with no view of its own starts
+// from that (see seed).
+
+// ledgerSize is the records of the ledger of a Limiter that tracks maxKeys
+// keys (0: the default): twice as many, and at least 65,536 (512 KiB).
+func ledgerSize(maxKeys int) int {
+	return max(2*cmp.Or(maxKeys, local.DefaultCapacity), 1<<16)
+}
+
+// recalled returns what the ledger tells the local bucket of key holds at
+// now under share: full unless the ledger holds a record of the key (an
+// entry of it left the store with its bucket not full), or holds none but
+// dropped records whose buckets are not full yet from the key's set, which
+// the key may have been one of: then what a bucket full at that time holds.
+func (l *Limiter) recalled(key string, share local.Limit, now time.Duration) int64 {
+	full, _ := l.ledger.Full(key, now)
+	if full <= now {
+		return share.Burst
+	}
+	deficit, _ := limit.Refill(full-now, share.Rate, 0)
+	return max(share.Burst-deficit, 0)
+}
+
+// left receives every entry that leaves the store (reconcile.Config.OnLeave),
+// with the consumption it had not settled, and writes in the ledger when the
+// key's local bucket under the fallback policy would be full again: what a
+// new entry of the key, made during an outage, starts from (see seed). A
+// key's bucket as it stands, if the fallback used it, and else the share it
+// would have started from; the later of the two.
+func (l *Limiter) left(e *reconcile.Entry, pending int64) {
+	sp := e.X.Spec()
+	if sp == nil || l.fb.kind == failOpen || l.fb.kind == failClosed {
+		return // never used, or a policy with no buckets
+	}
+	share := l.shareOf(sp)
+	now := l.clock.Now()
+	s := l.seed(e, sp, share, now, pending)
+	full := now + limit.DurationFor(share.Burst-s, share.Rate)
+	if f, ok := e.Full(); ok {
+		full = max(full, f)
+	}
+	l.ledger.Put(e.Key(), full, now)
+}
+
+// orphan records consumption of cost micro-tokens decided on e, which left
+// the store meanwhile (its Pending refused it): charged at the next round,
+// and written in the ledger, which e's leaving wrote before the decision
+// took its tokens.
+func (l *Limiter) orphan(e *reconcile.Entry, sp *reconcile.Spec, cost int64) {
+	l.r.Orphan(e.Key(), sp, cost)
+	l.left(e, cost)
+}
