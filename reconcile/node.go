@@ -58,9 +58,9 @@ type node struct {
 	// still carry the outage's start after its breaker closed (see
 	// markOutage).
 	markUntil atomic.Int64
-	// cause is the global.Cause of the last call to the node that failed,
-	// NoCause once its breaker closes: why the node refuses every call
-	// alike, if it does (see refused).
+	// cause is the global.Cause of the last call to the node that it
+	// refused, NoCause once a call succeeds or its breaker closes: why
+	// the node refuses every call alike, if it does (see refused).
 	cause atomic.Int32
 	batch batcher // the settlements requests need now (SettleNow)
 }
@@ -71,11 +71,10 @@ type NodeState struct {
 	Addr string
 	// Breaker is the state of the node's breaker now.
 	Breaker breaker.State
-	// Cause is why the node refused the last call that failed, if it
+	// Cause is why the node refused the last call it refused as it
 	// refuses every call alike (a full Redis, a read-only replica, a
-	// refused client: see global.CauseOf); NoCause if that call failed
-	// otherwise (no reply in time, no connection), or once the breaker
-	// closes.
+	// refused client: see global.CauseOf) since a call last succeeded;
+	// NoCause if none was, or once the breaker closes.
 	Cause global.Cause
 }
 
@@ -295,19 +294,24 @@ func (r *Reconciler) call(ctx context.Context, n *node, keys int, f func(ctx con
 	defer calls.Add(-1)
 	return n.br.DoN(ctx, keys, func(ctx context.Context) error {
 		err := f(ctx)
-		if err != nil {
-			r.refused(n, err)
-		}
+		r.refused(n, err)
 		return err
 	})
 }
 
 // refused keeps the cause of err, the error of a call to node n, as the
-// node's, and counts it if it is one (global.CauseOf).
+// node's, and counts it, if it is one (global.CauseOf); a call that
+// succeeded clears the node's. A call that failed otherwise (no reply in
+// time, say, on a loaded host) leaves it as it was.
 func (r *Reconciler) refused(n *node, err error) {
-	c := global.CauseOf(err)
-	n.cause.Store(int32(c))
-	if c != global.NoCause {
+	if err == nil {
+		if n.cause.Load() != int32(global.NoCause) {
+			n.cause.Store(int32(global.NoCause))
+		}
+		return
+	}
+	if c := global.CauseOf(err); c != global.NoCause {
+		n.cause.Store(int32(c))
 		r.stats.refusals[c].Add(1)
 	}
 }

@@ -96,10 +96,10 @@ type Stats struct {
 	// stays 0.
 	Refusals [global.Causes]uint64
 	// Cause is why the first node of Nodes whose breaker is not closed,
-	// and that refused its last failed call (NodeState.Cause), refuses
-	// every call: global.Full for a full Redis, global.ReadOnly for a
-	// read-only replica. NoCause while every breaker is closed, or while
-	// those that are not failed otherwise (no reply, no connection).
+	// and that refused a call since one last succeeded (NodeState.Cause),
+	// refuses every call: global.Full for a full Redis, global.ReadOnly
+	// for a read-only replica. NoCause while every breaker is closed, or
+	// while those that are not failed otherwise (no reply, no connection).
 	Cause global.Cause
 	// Live is the number of live instances the last heartbeat counted
 	// through Redis, whether or not Config.Instances overrides it for the
