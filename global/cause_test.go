@@ -82,7 +82,7 @@ func TestCauseRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rrdb.SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := rrdb.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatalf("REPLICAOF %s: %v", master.Addr(), err)
 	}
 	// Any memory in use is past a maxmemory of one byte.
