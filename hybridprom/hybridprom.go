@@ -21,6 +21,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -88,6 +89,7 @@ type descs struct {
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
 	forgiven                                             *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
+	refusals, refusing                                   *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
 	inFlight                                             *prometheus.Desc
 	unsettled, instances, live, skew, rtt                *prometheus.Desc
@@ -142,6 +144,8 @@ func New(src Source, cfg Config) (*Collector, error) {
 		breakerState:     desc("breaker_state", "1 for the circuit breaker's current state (closed, half-open, open), 0 for the others; on a Redis Cluster, the state of the node breaker furthest from closed.", "state"),
 		nodeState:        desc("node_breaker_state", "On a Redis Cluster, 1 for the current state of the circuit breaker of each master the limiter has called, 0 for the others.", "node", "state"),
 		degraded:         desc("degraded", "1 while the fallback policy decides what needs Redis (a breaker is not closed; on a Redis Cluster, for the keys of that node), else 0."),
+		refusals:         desc("refused_calls_total", "Redis calls that failed because the node refuses every call alike, by cause: maxmemory (memory full, noeviction: OOM), readonly (a read-only replica: READONLY), masterdown (MASTERDOWN), refused (the client refused: NOAUTH, WRONGPASS, NOPERM). Each counts as a failure for the node's breaker.", "cause"),
+		refusing:         desc("refusing", "1 for the cause by which a node whose breaker is not closed refuses every call (maxmemory, readonly, masterdown, refused), 0 for the others: all 0 while every breaker is closed or failed otherwise.", "cause"),
 		evictions:        desc("evictions_total", "Keys that left the in-memory store (evicted, or drained by Close)."),
 		evictionsWithDues: desc("evictions_with_dues_total",
 			"Keys that left the store with consumption to charge or a lease to give back: they were settled as orphans."),
@@ -176,7 +180,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.recharged,
-		d.forgiven, d.transitions, d.breakerState, d.nodeState, d.degraded,
+		d.forgiven, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
 	} {
@@ -263,6 +267,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(d.degraded, flag(s.Degraded))
+	for c := global.Cause(1); int(c) < global.Causes; c++ {
+		counter(d.refusals, r.Refusals[c], c.String())
+		gauge(d.refusing, flag(r.Cause == c), c.String())
+	}
 
 	counter(d.evictions, r.Evicted)
 	counter(d.evictionsWithDues, r.EvictedPending)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/hybridprom"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -338,6 +339,39 @@ hybrid_node_breaker_state{node="127.0.0.1:7001",state="half-open"} 0
 hybrid_node_breaker_state{node="127.0.0.1:7001",state="open"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybrid_breaker_state", "hybrid_node_breaker_state"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRefusals: the calls a node refused, by cause, are counters with the
+// cause as label, every cause exported from the start; refusing shows the
+// cause by which the open breaker's node refuses every call.
+func TestRefusals(t *testing.T) {
+	var s hybrid.Stats
+	s.Degraded = true
+	s.Reconcile.Breaker = breaker.Open
+	s.Reconcile.Cause = global.Full
+	s.Reconcile.Refusals[global.Full] = 7
+	s.Reconcile.Refusals[global.Refused] = 2
+	c, err := hybridprom.New(stats{s}, hybridprom.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP hybrid_refused_calls_total Redis calls that failed because the node refuses every call alike, by cause: maxmemory (memory full, noeviction: OOM), readonly (a read-only replica: READONLY), masterdown (MASTERDOWN), refused (the client refused: NOAUTH, WRONGPASS, NOPERM). Each counts as a failure for the node's breaker.
+# TYPE hybrid_refused_calls_total counter
+hybrid_refused_calls_total{cause="maxmemory"} 7
+hybrid_refused_calls_total{cause="masterdown"} 0
+hybrid_refused_calls_total{cause="readonly"} 0
+hybrid_refused_calls_total{cause="refused"} 2
+# HELP hybrid_refusing 1 for the cause by which a node whose breaker is not closed refuses every call (maxmemory, readonly, masterdown, refused), 0 for the others: all 0 while every breaker is closed or failed otherwise.
+# TYPE hybrid_refusing gauge
+hybrid_refusing{cause="maxmemory"} 1
+hybrid_refusing{cause="masterdown"} 0
+hybrid_refusing{cause="readonly"} 0
+hybrid_refusing{cause="refused"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "hybrid_refused_calls_total", "hybrid_refusing"); err != nil {
 		t.Error(err)
 	}
 }

@@ -226,6 +226,12 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	}
 	for i, w := range batch {
 		w.rep, w.err = replies[i], err
+		if hasReply(&replies[i]) {
+			// Its own reply came, though the call failed for the
+			// breaker (another key's write refused: see refusal): it
+			// was applied, and is answered by it.
+			w.err = nil
+		}
 		w.done <- struct{}{}
 	}
 	clear(batch)
@@ -327,6 +333,10 @@ func (r *Reconciler) flusher(n *node) {
 		}
 	}
 }
+
+// hasReply reports whether rep is a reply Redis gave: a settlement applied,
+// not one that failed or got no reply.
+func hasReply(rep *global.Reply) bool { return rep.Err == nil && !rep.Now.IsZero() }
 
 // flightBufs are the buffers of one batch's Settle call.
 type flightBufs struct {

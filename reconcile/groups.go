@@ -92,7 +92,7 @@ func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Sett
 			// valid; the others carry the error already, unless the
 			// breaker refused the call.
 			for j := range rep {
-				if rep[j].Err == nil && rep[j].Now.IsZero() {
+				if rep[j].Err == nil && !hasReply(&rep[j]) {
 					rep[j].Err = err
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/local"
 )
 
@@ -67,6 +68,11 @@ func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 	case from == breaker.Closed:
 		n.openedAt.Store(int64(now))
 		r.lastOpened.Store(int64(now))
+		if c := global.Cause(n.cause.Load()); c != global.NoCause {
+			r.log.Warn("hybrid: Redis refuses every call ("+refusalText[c]+"); the fallback policy decides until it accepts them",
+				append(args, "breaker", to.String(), "cause", c.String())...)
+			break
+		}
 		r.log.Warn("hybrid: Redis unreachable; the fallback policy decides until it is back",
 			append(args, "breaker", to.String())...)
 	case to == breaker.Closed:
@@ -75,6 +81,15 @@ func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 	default:
 		r.log.Debug("hybrid: breaker state changed", append(args, "from", from.String(), "to", to.String())...)
 	}
+}
+
+// refusalText says what each cause of refusal means, in the line logged
+// when a breaker opens for it.
+var refusalText = [global.Causes]string{
+	global.Refused:    "the client is refused: credentials or ACL",
+	global.Full:       "out of memory: maxmemory reached, noeviction",
+	global.ReadOnly:   "a read-only replica",
+	global.MasterDown: "a replica without its master",
 }
 
 // logClose logs the end of Close: what it settled, and what it could not.

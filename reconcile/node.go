@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
 )
 
 // Router is implemented by a Store whose buckets may be spread over several
@@ -57,7 +58,11 @@ type node struct {
 	// still carry the outage's start after its breaker closed (see
 	// markOutage).
 	markUntil atomic.Int64
-	batch     batcher // the settlements requests need now (SettleNow)
+	// cause is the global.Cause of the last call to the node that it
+	// refused, NoCause once a call succeeds or its breaker closes: why
+	// the node refuses every call alike, if it does (see refused).
+	cause atomic.Int32
+	batch batcher // the settlements requests need now (SettleNow)
 }
 
 // NodeState is the state of the breaker of one Redis node.
@@ -66,6 +71,11 @@ type NodeState struct {
 	Addr string
 	// Breaker is the state of the node's breaker now.
 	Breaker breaker.State
+	// Cause is why the node refused the last call it refused as it
+	// refuses every call alike (a full Redis, a read-only replica, a
+	// refused client: see global.CauseOf) since a call last succeeded;
+	// NoCause if none was, or once the breaker closes.
+	Cause global.Cause
 }
 
 // newNode returns the node of addr with a breaker of its own, configured as
@@ -90,6 +100,7 @@ func (r *Reconciler) newNode(addr, probe string, fleet bool) (*node, error) {
 		if !n.retired {
 			if to == breaker.Closed && from != breaker.Closed {
 				r.settleUp(n)
+				n.cause.Store(int32(global.NoCause))
 			}
 			if was := n.degraded.Swap(to != breaker.Closed); was != (to != breaker.Closed) {
 				now := r.clock.Time(r.clock.Now()).UnixMicro()
@@ -168,9 +179,9 @@ func (r *Reconciler) node(addr, probe string, fleet bool) *node {
 func (r *Reconciler) nodeStates() []NodeState {
 	m := *r.nodes.Load()
 	s := make([]NodeState, 0, len(m)+1)
-	s = append(s, NodeState{Breaker: r.def.br.State()})
+	s = append(s, NodeState{Breaker: r.def.br.State(), Cause: global.Cause(r.def.cause.Load())})
 	for addr, n := range m {
-		s = append(s, NodeState{Addr: addr, Breaker: n.br.State()})
+		s = append(s, NodeState{Addr: addr, Breaker: n.br.State(), Cause: global.Cause(n.cause.Load())})
 	}
 	slices.SortFunc(s[1:], func(a, b NodeState) int { return strings.Compare(a.Addr, b.Addr) })
 	return s
@@ -275,11 +286,37 @@ var calls atomic.Int32
 // call makes f, a round trip to node n that carries keys settlements (1
 // for a heartbeat), through n's breaker, whose deadline for it adapts to
 // the latency of the calls before (breaker.Breaker.DoN), counted in calls
-// while it is under way.
+// while it is under way. The cause of a failure is kept (see refused)
+// before the breaker counts it, so that the line logged when it opens
+// names it.
 func (r *Reconciler) call(ctx context.Context, n *node, keys int, f func(ctx context.Context) error) error {
 	calls.Add(1)
 	defer calls.Add(-1)
-	return n.br.DoN(ctx, keys, f)
+	return n.br.DoN(ctx, keys, func(ctx context.Context) error {
+		err := f(ctx)
+		r.refused(n, err)
+		return err
+	})
+}
+
+// refused keeps the cause of err, the error of a call to node n, as the
+// node's, and counts it, if it is one (global.CauseOf); a call that
+// succeeded while the breaker is closed clears the node's. A call that
+// failed otherwise (no reply in
+// time, say, on a loaded host) leaves it as it was.
+func (r *Reconciler) refused(n *node, err error) {
+	if err == nil {
+		// Not while the breaker is open: a call sent before it opened,
+		// or one that writes nothing, may still succeed.
+		if n.cause.Load() != int32(global.NoCause) && !n.degraded.Load() {
+			n.cause.Store(int32(global.NoCause))
+		}
+		return
+	}
+	if c := global.CauseOf(err); c != global.NoCause {
+		n.cause.Store(int32(c))
+		r.stats.refusals[c].Add(1)
+	}
 }
 
 // Busy reports whether a round trip to Redis is under way in this process,

@@ -324,13 +324,16 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 	}
 }
 
-// refusal returns the first of replies' errors by which Redis refuses the
-// client (global.IsRefusal: NOAUTH, WRONGPASS, NOPERM), or nil. A call that
-// got one fails for the breaker: Redis will refuse every call alike, so the
-// fallback should decide without a round trip each.
+// refusal returns the first of replies' errors by which the node refuses
+// every call alike (global.CauseOf: a refused client, NOAUTH, WRONGPASS,
+// NOPERM; a full Redis, OOM; a read-only replica, READONLY; MASTERDOWN), or
+// nil. A call that got one fails for the breaker: the node will refuse
+// every settlement alike until its state or configuration changes, so the
+// fallback should decide without a round trip each, and the settlements it
+// refused wait for the breaker's probe rather than go again every round.
 func refusal(replies []global.Reply) error {
 	for i := range replies {
-		if global.IsRefusal(replies[i].Err) {
+		if global.CauseOf(replies[i].Err) != global.NoCause {
 			return replies[i].Err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybrid/breaker"
+	"github.com/hybridlimit/hybrid/global"
 )
 
 // counters are the Reconciler's statistics, updated atomically.
@@ -28,6 +29,7 @@ type counters struct {
 	forgiven               atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
+	refusals               [global.Causes]atomic.Uint64
 	heard                  atomic.Int64 // live instances the last heartbeat counted
 	unsettled              atomic.Int64 // micro-tokens the last regular round could not charge
 	roundTrip              histogram
@@ -85,6 +87,20 @@ type Stats struct {
 	// BreakerTransitions counts the breakers' state changes by
 	// [from][to] state; their sum is Transitions.
 	BreakerTransitions [nStates][nStates]uint64
+	// Refusals counts the calls that failed because a node refused them
+	// as it refuses every call alike, by cause (global.CauseOf):
+	// Refusals[global.Full] those refused by a Redis whose memory reached
+	// maxmemory (noeviction), Refusals[global.ReadOnly] by a read-only
+	// replica, Refusals[global.Refused] by a node that refuses the client.
+	// Each counts as a failure for the node's breaker; Refusals[NoCause]
+	// stays 0.
+	Refusals [global.Causes]uint64
+	// Cause is why the first node of Nodes whose breaker is not closed,
+	// and that refused a call since one last succeeded (NodeState.Cause),
+	// refuses every call: global.Full for a full Redis, global.ReadOnly
+	// for a read-only replica. NoCause while every breaker is closed, or
+	// while those that are not failed otherwise (no reply, no connection).
+	Cause global.Cause
 	// Live is the number of live instances the last heartbeat counted
 	// through Redis, whether or not Config.Instances overrides it for the
 	// fallback shares; 0 before the first heartbeat answered.
@@ -152,6 +168,15 @@ func (r *Reconciler) Stats() Stats {
 	}
 	s.Nodes = r.nodeStates()
 	s.Breaker = worst(s.Nodes)
+	for _, n := range s.Nodes {
+		if n.Breaker != breaker.Closed && n.Cause != global.NoCause {
+			s.Cause = n.Cause
+			break
+		}
+	}
+	for c := range s.Refusals {
+		s.Refusals[c] = r.stats.refusals[c].Load()
+	}
 	s.Pressured = r.def.br.Counts().Pressured
 	for _, n := range *r.nodes.Load() {
 		s.Pressured += n.br.Counts().Pressured
