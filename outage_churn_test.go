@@ -143,6 +143,9 @@ func TestOutageChurn(t *testing.T) {
 				runtime.GC()
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
+				if path := os.Getenv("HYBRID_HEAPPROFILE"); path != "" {
+					writeHeapProfile(t, path)
+				}
 				var ledger hybrid.Stats
 				for _, l := range lims {
 					st := l.Stats()
