@@ -158,6 +158,14 @@ func (l *Limiter) takeShare(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 			}
 			continue
 		}
+		if e.Pending.Load() == 0 && l.r.Owed() >= l.maxOrphans {
+			// What the instance owes Redis for keys it no longer
+			// tracks is kept per key until Redis is back: a key that
+			// owes nothing yet is denied rather than remembered beyond
+			// the bound (a flood of distinct keys).
+			l.stats.fallbackCrowded.Add(1)
+			return e, false
+		}
 		now := l.clock.Now()
 		// The outage's first decision starts the share; one made shortly
 		// before the breaker opened (a refused call) belongs to the same

@@ -161,6 +161,10 @@ type Limiter struct {
 	// ledger remembers the fallback's local buckets of keys whose entries
 	// left the store (see seed and left).
 	ledger *local.Ledger
+	// maxOrphans bounds the keys the instance owes Redis for without an
+	// entry, beyond which the fallback admits no key that owes nothing
+	// yet: as many as the ledger remembers.
+	maxOrphans int
 
 	specs  sync.Map // Limit -> *reconcile.Spec, interned
 	nspecs atomic.Int64
@@ -185,7 +189,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	checkClient(rdb, cfg.Logger)
-	l := &Limiter{g: g, fb: cfg.Fallback, ledger: local.NewLedger(ledgerSize(cfg.MaxKeys))}
+	l := &Limiter{g: g, fb: cfg.Fallback, ledger: local.NewLedger(ledgerSize(cfg.MaxKeys)), maxOrphans: ledgerSize(cfg.MaxKeys)}
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
 		FirstRound:    cmp.Or(cfg.FirstRound, firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval))),

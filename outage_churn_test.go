@@ -156,10 +156,13 @@ func TestOutageChurn(t *testing.T) {
 					ledger.Ledger.Bytes += st.Ledger.Bytes
 					ledger.Ledger.Unknown += st.Ledger.Unknown
 					ledger.Ledger.Dropped += st.Ledger.Dropped
+					ledger.FallbackCrowded += st.FallbackCrowded
+					ledger.Reconcile.Orphans += st.Reconcile.Orphans
+					ledger.Reconcile.InFlight += st.Reconcile.InFlight
 				}
-				t.Logf("%s, %d keys (MaxKeys %d) x %d passes x %d instances in %v: %d admitted (%d by the fallback), the most for one key %d (bound %.2f); ledgers: %d records, %d bytes, %d dropped, %d unknown; heap %.1f MiB",
+				t.Logf("%s, %d keys (MaxKeys %d) x %d passes x %d instances in %v: %d admitted (%d by the fallback), the most for one key %d (bound %.2f); ledgers: %d records, %d bytes, %d dropped, %d unknown; heap %.1f MiB; %d orphans, %d in flight, %d denied crowded",
 					start, keys, keys/20, passes, instances, elapsed.Round(time.Millisecond), total, fallback.Load(), worst, most,
-					ledger.Ledger.Keys, ledger.Ledger.Bytes, ledger.Ledger.Dropped, ledger.Ledger.Unknown, float64(ms.HeapAlloc)/(1<<20))
+					ledger.Ledger.Keys, ledger.Ledger.Bytes, ledger.Ledger.Dropped, ledger.Ledger.Unknown, float64(ms.HeapAlloc)/(1<<20), ledger.Reconcile.Orphans, ledger.Reconcile.InFlight, ledger.FallbackCrowded)
 				if errs.Load() > 0 {
 					t.Errorf("%d decisions failed", errs.Load())
 				}
@@ -175,9 +178,21 @@ func TestOutageChurn(t *testing.T) {
 					t.Errorf("the fallback decided nothing: the outage was not one")
 				}
 				if start == "killed" {
-					// Redis back: what the fallback admitted is charged.
+					// Redis back: the breakers close, and the rounds charge
+					// what the fallback admitted, the evicted keys' dues
+					// included, before Close has anything to do.
 					if err := proc.Restart(); err != nil {
 						t.Fatal(err)
+					}
+					for i, l := range lims {
+						charged := pollUntil(20*time.Second, 10*time.Millisecond, func() bool {
+							st := l.Stats()
+							return !st.Degraded && st.Reconcile.Unsettled == 0 && st.Reconcile.Orphans == 0 && st.Reconcile.InFlight == 0
+						})
+						if st := l.Stats(); !charged {
+							t.Errorf("instance %d, 20 s after Redis came back: Degraded %v, %d micro-tokens unsettled, %d orphans, %d in flight; want all charged",
+								i, st.Degraded, st.Reconcile.Unsettled, st.Reconcile.Orphans, st.Reconcile.InFlight)
+						}
 					}
 				}
 				wait := 10 * time.Second

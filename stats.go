@@ -22,6 +22,7 @@ type counters struct {
 	fallbackAllowed  atomic.Uint64
 	fallbackDenied   atomic.Uint64
 	fallbackConsumed atomic.Uint64 // micro-tokens
+	fallbackCrowded  atomic.Uint64
 	exactAllowed     atomic.Uint64
 	exactDenied      atomic.Uint64
 	exactErrors      atomic.Uint64
@@ -61,6 +62,14 @@ type Stats struct {
 	// FallbackAllowed and FallbackDenied count decisions of the fallback
 	// policy.
 	FallbackAllowed, FallbackDenied uint64
+	// FallbackCrowded counts the fallback's denials (in FallbackDenied) of
+	// keys that owed Redis nothing yet while the instance owed it for as
+	// many keys it no longer tracks as its ledger holds (twice
+	// Config.MaxKeys, at least 65,536: Reconcile.Orphans and InFlight):
+	// what an outage admits is remembered per key until Redis is back, so
+	// a flood of distinct keys is denied rather than remembered without
+	// bound.
+	FallbackCrowded uint64
 	// FallbackConsumed is the micro-tokens the fallback policy admitted:
 	// consumption charged to Redis once it is back (see
 	// Reconcile.Unsettled for what is still to charge).
@@ -134,6 +143,7 @@ func (l *Limiter) Stats() Stats {
 		FallbackAllowed:  l.stats.fallbackAllowed.Load(),
 		FallbackDenied:   l.stats.fallbackDenied.Load(),
 		FallbackConsumed: l.stats.fallbackConsumed.Load(),
+		FallbackCrowded:  l.stats.fallbackCrowded.Load(),
 		ExactAllowed:     l.stats.exactAllowed.Load(),
 		ExactDenied:      l.stats.exactDenied.Load(),
 		ExactErrors:      l.stats.exactErrors.Load(),

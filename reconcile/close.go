@@ -30,7 +30,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 	r.sets, r.owners = r.sets[:0], r.owners[:0]
 	r.takeDoubts() // first: a key's settlement in doubt goes before its dues
 	clear(r.inDoubt)
-	r.takeOrphans()
+	r.takeOrphans(true)
 	var errs []error
 	var lost int64 // consumption not charged
 	if len(r.sets) > 0 {

@@ -178,6 +178,7 @@ func (r *Reconciler) adopt(s *global.Settlement, sp *Spec) {
 		return
 	}
 	delete(r.orphans, s.Key)
+	r.norphans.Add(-1)
 	r.orphanConsumed -= o.consumed
 	s.Consumed += o.consumed
 	s.Returned += o.returned

@@ -53,7 +53,10 @@ func (r *Reconciler) mergeOrphan(key string, a orphan) {
 		return // never used: it owes nothing
 	}
 	r.mu.Lock()
-	o := r.orphans[key]
+	o, had := r.orphans[key]
+	if !had {
+		r.norphans.Add(1)
+	}
 	o.spec = a.spec
 	o.consumed += a.consumed
 	o.returned += a.returned
@@ -63,8 +66,16 @@ func (r *Reconciler) mergeOrphan(key string, a orphan) {
 	r.mu.Unlock()
 }
 
-// takeOrphans moves the orphans into the batch.
-func (r *Reconciler) takeOrphans() {
+// Owed returns the keys whose entries left the store with dues to settle,
+// and the settlements of the round under way, which takes them: what the
+// instance keeps per key beside its entries until Redis takes it. It takes
+// no lock.
+func (r *Reconciler) Owed() int { return int(r.norphans.Load() + r.stats.inFlight.Load()) }
+
+// takeOrphans moves the orphans into the batch: all of them, or while a
+// breaker is not closed and all is false, at most outageOrphans (see few).
+// Close takes them all.
+func (r *Reconciler) takeOrphans(all bool) {
 	// The map is swapped under the lock and read outside it: a round after
 	// an outage or a burst of evictions may take hundreds of thousands, and
 	// requests take the lock too (Orphan, Fetch, Starved).
@@ -75,12 +86,17 @@ func (r *Reconciler) takeOrphans() {
 		r.mu.Unlock()
 		return
 	}
-	r.orphans = r.spare
-	r.spare = nil
-	if r.orphans == nil {
-		r.orphans = make(map[string]orphan)
+	if !all && r.ndegraded.Load() > 0 && len(taken) > outageOrphans {
+		taken = r.few()
+	} else {
+		r.orphans = r.spare
+		r.spare = nil
+		r.norphans.Store(0)
+		if r.orphans == nil {
+			r.orphans = make(map[string]orphan)
+		}
+		r.orphanConsumed = 0
 	}
-	r.orphanConsumed = 0
 	// So that Stats never sees the orphans taken nowhere (those in doubt,
 	// put back below, are counted twice meanwhile).
 	r.stats.inFlight.Store(int64(len(r.sets) + len(taken)))
@@ -105,10 +121,35 @@ func (r *Reconciler) takeOrphans() {
 	r.stats.inFlight.Store(int64(len(r.sets)))
 	// Keep the map for the next swap, unless a burst made it large: a map
 	// keeps its size once grown.
-	if len(taken) <= 4*maxBatch {
+	if len(taken) <= outageOrphans {
 		clear(taken)
 		r.mu.Lock()
 		r.spare = taken
 		r.mu.Unlock()
 	}
+}
+
+// outageOrphans is the most orphans a round takes while a breaker is not
+// closed: a Redis that refuses the round's calls would have them all go
+// there and back every round, each in a settlement of its own, which an
+// outage's flood of distinct keys (hundreds of thousands of orphans) makes
+// several times the orphans' own memory. A few calls' worth still settle
+// the orphans of the nodes that answer, and probe the others; once every
+// breaker is closed, the next round takes them all.
+const outageOrphans = 4 * maxBatch
+
+// few takes outageOrphans of the orphans out of their map and returns them
+// in a map of their own. r.mu must be held.
+func (r *Reconciler) few() map[string]orphan {
+	taken := make(map[string]orphan, outageOrphans)
+	for key, o := range r.orphans {
+		taken[key] = o
+		delete(r.orphans, key)
+		r.orphanConsumed -= o.consumed
+		if len(taken) == outageOrphans {
+			break
+		}
+	}
+	r.norphans.Add(-int64(len(taken)))
+	return taken
 }

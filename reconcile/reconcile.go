@@ -194,6 +194,7 @@ type Reconciler struct {
 	fetchDoubts    map[string]doubt  // by key, the last fetch whose reply was lost: the key's next fetch or round sends it again
 	spare          map[string]orphan // an empty map for the next swap of orphans, or nil
 	orphanConsumed int64             // the sum of the orphans' consumed
+	norphans       atomic.Int64      // len(orphans), written under mu
 	low            []*Entry          // leases that ran low, for the next early round
 	closed         bool
 

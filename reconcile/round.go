@@ -132,7 +132,7 @@ func (r *Reconciler) round(ctx context.Context) {
 	}
 	clear(r.batch)
 	r.stats.localAllowed.Add(allowed)
-	r.takeOrphans()
+	r.takeOrphans(false)
 	kept := r.send(ctx) + waiting
 	r.trim()
 	r.mu.Lock()
