@@ -92,6 +92,7 @@ type descs struct {
 	refusals, refusing                                   *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
 	inFlight                                             *prometheus.Desc
+	ledgerKeys, ledgerBytes, ledgerUnknown, crowded      *prometheus.Desc
 	unsettled, instances, live, skew, rtt                *prometheus.Desc
 }
 
@@ -119,6 +120,10 @@ func New(src Source, cfg Config) (*Collector, error) {
 		refunds:          desc("refunds_total", "Cancelled reservations, whose tokens were given back."),
 		exactErrors:      desc("exact_errors_total", "Exact decisions whose script call failed; the fallback policy decided them."),
 		fallbackConsumed: desc("fallback_consumed_tokens_total", "Tokens admitted by the fallback policy, to be charged to Redis when it is back."),
+		ledgerKeys:       desc("fallback_ledger_keys", "Keys whose entries left the store with a fallback share not full yet, as the ledger remembers them (at most twice MaxKeys, at least 65,536)."),
+		ledgerBytes:      desc("fallback_ledger_bytes", "Memory of the ledger of evicted keys' fallback shares: 0 until the first entry leaves the store with a share not full."),
+		ledgerUnknown:    desc("fallback_ledger_unknown_total", "Reads of the ledger for a key it held no record of while its set had dropped records still in the future: the fallback started that key's share from the least a dropped one might hold."),
+		crowded:          desc("fallback_crowded_total", "Fallback denials of keys that owed Redis nothing yet while the instance owed it for as many evicted keys as its ledger holds: a flood of distinct keys during an outage, denied rather than remembered without bound."),
 		rounds:           desc("settlement_rounds_total", "Settlement rounds that had something to settle."),
 		roundErrors:      desc("settlement_round_errors_total", "Settlement rounds whose round trip failed or was refused by the open breaker; their consumption is kept for a later round."),
 		roundTrip:        desc("settlement_round_trip_seconds", "Duration of the settlement calls of the rounds that Redis answered."),
@@ -182,6 +187,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.recharged,
 		d.forgiven, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
+		d.ledgerKeys, d.ledgerBytes, d.ledgerUnknown, d.crowded,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
 	} {
 		ch <- x
@@ -223,6 +229,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.refunds, s.Refunds)
 	counter(d.exactErrors, s.ExactErrors)
 	ch <- prometheus.MustNewConstMetric(d.fallbackConsumed, prometheus.CounterValue, tokens(int64(s.FallbackConsumed)))
+	gauge(d.ledgerKeys, float64(s.Ledger.Keys))
+	gauge(d.ledgerBytes, float64(s.Ledger.Bytes))
+	counter(d.ledgerUnknown, s.Ledger.Unknown)
+	counter(d.crowded, s.FallbackCrowded)
 
 	counter(d.rounds, r.Rounds)
 	counter(d.roundErrors, r.RoundErrors)
