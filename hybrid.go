@@ -141,8 +141,9 @@ type Config struct {
 	// Logger receives the Limiter's log lines: a warning when Redis becomes
 	// unreachable, or refuses every call (full: maxmemory; a read-only
 	// replica; a refused client, named by its cause), and the fallback
-	// policy takes over, an info line when it is back; failing settlement rounds (the first failure, then at most
-	// one line every 10s with a count, then their recovery); Close.
+	// policy takes over, an info line when it is back; failing settlement
+	// rounds (the first failure, then at most one line every 10s with a
+	// count, then their recovery); Close.
 	// Nothing is logged on a decision answered locally. Nil means no
 	// logging. go-redis keeps a logger of its own (for refused dials, say):
 	// silence it with redis.SetLogger (docs/observability.md).

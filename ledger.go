@@ -19,7 +19,7 @@ import (
 // from that (see seed).
 
 // ledgerSize is the records of the ledger of a Limiter that tracks maxKeys
-// keys (0: the default): twice as many, and at least 65,536 (512 KiB).
+// keys (0: the default): twice as many, and at least 65,536 (576 KiB).
 func ledgerSize(maxKeys int) int {
 	return max(2*cmp.Or(maxKeys, local.DefaultCapacity), 1<<16)
 }

@@ -40,7 +40,7 @@ type Ledger struct {
 	sets  int
 	recs  []atomic.Uint64
 	floor []atomic.Int64 // ms, per set
-	locks [ledgerLocks]ledgerLock
+	locks []ledgerLock   // set i's writers take locks[i%len(locks)]
 
 	put, dropped, unknown atomic.Uint64
 }
@@ -64,7 +64,7 @@ const (
 // LedgerStats is a snapshot of a Ledger.
 type LedgerStats struct {
 	// Capacity is the records the ledger holds at most; Bytes the memory
-	// its table takes (0 until the first Put makes it).
+	// its table and locks take (0 until the first Put makes them).
 	Capacity int
 	Bytes    int64
 	// Keys is the records held whose bucket is not full yet (Stats counts
@@ -90,6 +90,7 @@ func (l *Ledger) make() {
 		l.seed = maphash.MakeSeed()
 		l.recs = make([]atomic.Uint64, l.sets*ledgerWays)
 		l.floor = make([]atomic.Int64, l.sets)
+		l.locks = make([]ledgerLock, min(l.sets, ledgerLocks))
 		l.made.Store(true)
 	})
 }
@@ -120,7 +121,7 @@ func (l *Ledger) Put(key string, full, now time.Duration) {
 	l.make()
 	set, fp := l.slot(key)
 	at, nowMs := min(ms(full), atMask), ms(now)
-	mu := &l.locks[set%ledgerLocks]
+	mu := &l.locks[set%len(l.locks)]
 	mu.Lock()
 	defer mu.Unlock()
 	recs := l.recs[set*ledgerWays : (set+1)*ledgerWays]
@@ -195,7 +196,7 @@ func (l *Ledger) Stats(now time.Duration) LedgerStats {
 	if !l.made.Load() {
 		return s
 	}
-	s.Bytes = int64(len(l.recs))*8 + int64(len(l.floor))*8
+	s.Bytes = int64(len(l.recs))*8 + int64(len(l.floor))*8 + int64(len(l.locks))*int64(unsafe.Sizeof(ledgerLock{}))
 	nowMs := ms(now)
 	for i := range l.recs {
 		if r := l.recs[i].Load(); r != 0 && int64(r&atMask) > nowMs {
