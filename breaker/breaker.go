@@ -5,10 +5,11 @@
 // A call counts as a failure when Redis failed or did not answer within the
 // call's own deadline. It does not count at all when the caller gave up
 // first (its context was cancelled or its own deadline passed), nor when it
-// ran out of time while Redis answered other calls of the breaker: a busy
-// Redis is not a failed one. It counts as a success when Redis answered,
-// even with an error reply (see Answered). An open breaker refuses calls:
-// the limiter then runs in its local fallback mode.
+// ran out of time while Redis answered other calls of the breaker, or before
+// Redis had answered none of them for Config.MaxCallTimeout: a busy Redis is
+// not a failed one. It counts as a success when Redis answered, even with an
+// error reply (see Answered). An open breaker refuses calls: the limiter
+// then runs in its local fallback mode.
 //
 // A call's deadline adapts to the latency of the calls that succeeded, as
 // TCP's retransmission timeout does, between Config.CallTimeout and
@@ -108,9 +109,13 @@ type Config struct {
 	// MaxCallTimeout is the most a call's deadline grows to as it adapts to
 	// the latency of the calls that succeeded (see Breaker.DoN): about
 	// their mean plus four deviations, plus the work of the call's size, as
-	// at least CallTimeout. A Redis slower than this is taken for failed.
-	// It must not be negative. 0 means 500ms, or CallTimeout if that is
-	// more; set it to CallTimeout for a fixed deadline.
+	// at least CallTimeout. A Redis slower than this is taken for failed:
+	// a call that runs out of time is a failure once Redis has answered
+	// none of the breaker's calls for MaxCallTimeout, and only then (calls
+	// that run out of time together, in a stall shorter than that, are
+	// load). It must not be negative. 0 means 500ms, or CallTimeout if that
+	// is more; set it to CallTimeout for a fixed deadline, every call
+	// that runs out of it while no other call succeeded being a failure.
 	MaxCallTimeout time.Duration
 
 	// OnStateChange, if not nil, is called for every state transition, in
@@ -148,7 +153,7 @@ type Counts struct {
 
 	Trips     uint64 // times the breaker opened
 	Rejected  uint64 // calls refused with ErrOpen
-	Pressured uint64 // calls that ran out of time while others succeeded (excluded)
+	Pressured uint64 // calls that ran out of time while others succeeded, or before Redis was silent for MaxCallTimeout (excluded)
 }
 
 // Breaker is a circuit breaker. It is safe for concurrent use. Create one
@@ -165,6 +170,12 @@ type Breaker struct {
 	pressured atomic.Uint64
 	successes atomic.Uint64 // calls that succeeded: Redis answering
 	failing   atomic.Bool   // the last call with an outcome failed
+
+	// quiet is when, on the clock of since, the first call since the last
+	// that succeeded was made: Redis has answered nothing since. 0 means
+	// no call was made since, or none yet.
+	epoch time.Time
+	quiet atomic.Int64
 
 	mu         sync.Mutex   // protects the fields below; taken under gobreaker's lock, never the other way
 	queue      []transition // transitions not yet delivered, from next on
@@ -206,6 +217,7 @@ func New(cfg Config) (*Breaker, error) {
 	b := &Breaker{
 		timeouts:      timeouts{floor: floor, ceiling: max(orDefault(cfg.MaxCallTimeout, DefaultMaxCallTimeout), floor)},
 		onStateChange: cfg.OnStateChange,
+		epoch:         time.Now(),
 		errOpen:       &openError{msg: "breaker: " + name + ": open"},
 		errBusy:       &openError{msg: "breaker: " + name + ": open (half-open, probes in flight)"},
 	}
@@ -249,10 +261,17 @@ func orDefault[T comparable](v, def T) T {
 // deadline passed), the call is excluded: it counts neither way, and an
 // excluded half-open probe frees its place for another. So is a call whose
 // own deadline expired while other calls of the breaker succeeded (Redis
-// answers, but late: pressure, counted in Counts.Pressured). Any other
-// error, including the expiry of the call's deadline while no other call
-// succeeded, is a failure. If f panics, the call is a failure and the panic
-// goes on.
+// answers, but late), or before Redis had been silent for MaxCallTimeout,
+// from the first call made since one last succeeded: a stall shorter than
+// that, which every call under way at once runs into, is load (a first
+// wave of calls on cold connections, a round of thousands of keys ahead of
+// them, a busy host), not thrice a failed Redis. Both are pressure,
+// counted in Counts.Pressured. Any other error, including the expiry of
+// the call's deadline once Redis has answered nothing for MaxCallTimeout,
+// is a failure. The deadlines are read on the clock, not only from the
+// contexts: the connection's deadline, which is the same, may end the call
+// before the context's timer has fired. If f panics, the call is a failure
+// and the panic goes on.
 func (b *Breaker) Do(ctx context.Context, f func(ctx context.Context) error) error {
 	return b.DoN(ctx, 1, f)
 }
@@ -283,19 +302,22 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 	n = max(n, 1)
 	answered := b.successes.Load()
 	start := time.Now()
+	b.asked(start)
 	callCtx, cancel := context.WithTimeout(ctx, b.timeouts.timeout(n))
 	defer cancel()
 	result = errFailure // f panicked
 	err = f(callCtx)
+	end := time.Now()
 	switch {
 	case err == nil || isAnswered(err):
-		b.timeouts.observe(n, time.Since(start))
+		b.timeouts.observe(n, end.Sub(start))
 		b.successes.Add(1)
 		b.failing.Store(false)
+		b.quiet.Store(0)
 		result = nil
-	case ctx.Err() != nil:
+	case ended(ctx, end):
 		result = errExcluded
-	case callCtx.Err() != nil && b.successes.Load() != answered:
+	case ended(callCtx, end) && (b.successes.Load() != answered || b.silence(end) < b.timeouts.ceiling):
 		b.pressured.Add(1)
 		result = errExcluded
 	default:
@@ -310,6 +332,35 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 // strength of a charge to come, which a Redis that fails its calls, or has
 // not answered one yet, may never take.
 func (b *Breaker) Answering() bool { return b.successes.Load() > 0 && !b.failing.Load() }
+
+// ended reports whether ctx is done, or its deadline has passed at now.
+func ended(ctx context.Context, now time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !now.Before(d)
+}
+
+// since returns t on the breaker's clock: after epoch, and never 0.
+func (b *Breaker) since(t time.Time) int64 { return int64(t.Sub(b.epoch)) + 1 }
+
+// asked notes a call made at t: the first since a call last succeeded
+// starts Redis's silence, if it does not answer. (A call that succeeds
+// meanwhile may end a silence that a call made just before it started:
+// that call then ran into an answer, and the silence starts at the next.)
+func (b *Breaker) asked(t time.Time) {
+	if b.quiet.Load() == 0 {
+		b.quiet.CompareAndSwap(0, b.since(t))
+	}
+}
+
+// silence returns how long, at t, Redis has answered none of the calls
+// made since the first after its last answer.
+func (b *Breaker) silence(t time.Time) time.Duration {
+	q := b.quiet.Load()
+	if q == 0 {
+		return 0
+	}
+	return time.Duration(b.since(t) - q)
+}
 
 // Timeout returns the deadline the breaker gives a call of size n now.
 func (b *Breaker) Timeout(n int) time.Duration { return b.timeouts.timeout(max(n, 1)) }

@@ -481,10 +481,14 @@ func TestCallerCancellationIsNotAFailure(t *testing.T) {
 	})
 }
 
+// TestCallTimeoutIsAFailure: with a fixed deadline (MaxCallTimeout at
+// CallTimeout), a call that runs out of it while no other call succeeds is
+// a failure, and three in a row trip the breaker. With deadlines that adapt,
+// only once Redis has been silent for MaxCallTimeout (TestSilence).
 func TestCallTimeoutIsAFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const callTimeout = 20 * time.Millisecond
-		b := mustNew(t, breaker.Config{ConsecutiveFailures: 3, CallTimeout: callTimeout})
+		b := mustNew(t, breaker.Config{ConsecutiveFailures: 3, CallTimeout: callTimeout, MaxCallTimeout: callTimeout})
 		// The caller's deadline is later than CallTimeout: the call's own one wins.
 		ctx, stop := context.WithTimeout(context.Background(), time.Hour)
 		defer stop()

@@ -66,12 +66,25 @@ func TestAdaptiveTimeout(t *testing.T) {
 		if got := b.Timeout(100); got != 40*time.Millisecond {
 			t.Fatalf("Timeout(100) = %v after calls of 100 keys in 30ms, want MaxCallTimeout 40ms", got)
 		}
-		// A Redis slower than the ceiling fails.
-		if err := call(b, 1, time.Second); err == nil {
-			t.Fatal("a call of 1s succeeded with MaxCallTimeout 40ms")
+		// A Redis slower than the ceiling fails, once it has answered
+		// nothing for the ceiling: the calls that run out of time before
+		// are pressure.
+		start := time.Now()
+		calls := 0
+		for b.Counts().TotalFailures == 0 {
+			if calls++; calls > 10 {
+				t.Fatalf("%d calls of 1s, none a failure: Counts %+v", calls-1, b.Counts())
+			}
+			if err := call(b, 1, time.Second); err == nil {
+				t.Fatal("a call of 1s succeeded with MaxCallTimeout 40ms")
+			}
 		}
-		if c := b.Counts(); c.TotalFailures != 1 || c.Pressured != 0 {
-			t.Fatalf("Counts = %+v, want 1 failure, none pressured", c)
+		silent := time.Since(start)
+		if silent < 40*time.Millisecond || silent-b.Timeout(1) >= 40*time.Millisecond {
+			t.Errorf("the first failure ended %v of silence, want the first call to end past MaxCallTimeout 40ms (deadline %v)", silent, b.Timeout(1))
+		}
+		if c := b.Counts(); c.TotalFailures != 1 || c.Pressured != uint64(calls-1) {
+			t.Fatalf("Counts = %+v, want 1 failure, %d pressured", c, calls-1)
 		}
 	})
 }
