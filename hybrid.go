@@ -375,8 +375,8 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *r
 		e = nil
 	}
 	// The store is churning faster than this key can keep an entry.
-	res := l.fallback(nil, sp, lim, cost, key)
-	return res, nil, nil
+	res, err := l.alone(ctx, key, sp, lim, cost)
+	return res, nil, err
 }
 
 // decideSlow decides for e. ok is false if e was retired meanwhile.
