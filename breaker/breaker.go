@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,14 +262,15 @@ func orDefault[T comparable](v, def T) T {
 // deadline passed), the call is excluded: it counts neither way, and an
 // excluded half-open probe frees its place for another. So is a call whose
 // own deadline expired while other calls of the breaker succeeded (Redis
-// answers, but late), or before Redis had been silent for MaxCallTimeout,
-// from the first call made since one last succeeded: a stall shorter than
-// that, which every call under way at once runs into, is load (a first
-// wave of calls on cold connections, a round of thousands of keys ahead of
-// them, a busy host), not thrice a failed Redis. Both are pressure,
-// counted in Counts.Pressured. Any other error, including the expiry of
-// the call's deadline once Redis has answered nothing for MaxCallTimeout,
-// is a failure. The deadlines are read on the clock, not only from the
+// answers, but late), or that timed out before Redis had been silent for
+// MaxCallTimeout, from the first call made since one last succeeded: a
+// stall shorter than that, which every call under way at once runs into,
+// is load (a first wave of calls on cold connections, a round of thousands
+// of keys ahead of them, a busy host), not thrice a failed Redis. Both are
+// pressure, counted in Counts.Pressured. Any other error, including the
+// expiry of the call's deadline once Redis has answered nothing for
+// MaxCallTimeout and a connection refused until the deadline, is a
+// failure. The deadlines are read on the clock, not only from the
 // contexts: the connection's deadline, which is the same, may end the call
 // before the context's timer has fired. If f panics, the call is a failure
 // and the panic goes on.
@@ -317,7 +319,7 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 		result = nil
 	case ended(ctx, end):
 		result = errExcluded
-	case ended(callCtx, end) && (b.successes.Load() != answered || b.silence(end) < b.timeouts.ceiling):
+	case ended(callCtx, end) && (b.successes.Load() != answered || timedOut(err) && b.silence(end) < b.timeouts.ceiling):
 		b.pressured.Add(1)
 		result = errExcluded
 	default:
@@ -337,6 +339,15 @@ func (b *Breaker) Answering() bool { return b.successes.Load() > 0 && !b.failing
 func ended(ctx context.Context, now time.Time) bool {
 	d, ok := ctx.Deadline()
 	return ctx.Err() != nil || ok && !now.Before(d)
+}
+
+// timedOut reports whether err says that a call ran out of time (a
+// context's deadline, a network timeout), not that Redis, or the network,
+// refused it: a refused connection is a failure, even one that the client
+// dialled again until the deadline.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // since returns t on the breaker's clock: after epoch, and never 0.
