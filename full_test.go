@@ -96,9 +96,10 @@ func TestRedisFullLoad(t *testing.T) {
 // warning names the cause (maxmemory), Stats names it and counts the
 // refused calls. Given memory back (CONFIG SET maxmemory 0), every breaker
 // closes, and what the fallback admitted meanwhile is charged: each key's
-// bucket holds at most B + R*T less what the fleet admitted. How many keys
-// admitted more than B + R*T (+ Overshoot for optimistic) over the run is
-// logged.
+// bucket holds at most B + R*T less what the fleet admitted, and a Lease or
+// Exact key admits at most B + R*T over a window that ends once its debt
+// is repaid. How many keys admitted more than B + R*T (+ Overshoot for
+// optimistic) over the run is logged; an optimistic key over it fails.
 func TestRedisFull(t *testing.T) {
 	const keys, workers, instances = 2000, 2, 2
 	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
@@ -188,12 +189,21 @@ func TestRedisFull(t *testing.T) {
 			if !ok {
 				return
 			}
-			// Per-key admissions over the outage are the fallback's
-			// (LocalShare): logged, not failed here. Of runs on 2 busy
-			// cores, most keep B + R*T; some have a few keys (at times
-			// many, in Exact) admit one or two more: issue 29's first
-			// goal, the fallback's contract, which the test of that goal
-			// checks.
+			// Per-key admissions over the run. Optimistic keeps B + R*T +
+			// Overshoot. Lease and Exact keys may admit a token or two more
+			// than B + R*T in a run, charged as debt once Redis is back
+			// (docs/failure.md: the bound holds over windows that end once
+			// the debt is repaid), which is logged, not failed:
+			//   - the shares start from views taken at different times: an
+			//     instance whose view predates what another took since (a
+			//     lease fetched, an exact decision) counts those tokens in
+			//     its share too;
+			//   - each instance's breaker closes at its own probe (a probe
+			//     a busy Redis does not answer in time opens it for another
+			//     second), and one whose settle-up ended decides from a
+			//     bucket that does not hold the admissions of a fallback
+			//     still deciding elsewhere, or of its own charge still on
+			//     its way.
 			logWithin(t, f, lim, admitted, run)
 			wantCharged(t, f, admin, lim, admitted, names, start)
 		})
@@ -271,7 +281,9 @@ func fillRedis(t *testing.T, admin *redis.Client) {
 // more than B + R*T (T from start to its reading) less what the fleet
 // admitted for it, plus the refill each instance's share may claim back
 // (R*T each): what was admitted, the fallback's admissions included, was
-// charged.
+// charged. A Lease or Exact key fails it too if it admitted more than
+// B + R*T and what its bucket owes at the reading: the bound over a window
+// that ends once the debt is repaid.
 func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit, admitted []atomic.Int32, keys []string, start time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(faultStateWait)
@@ -289,13 +301,31 @@ func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit,
 		<-tick.C
 	}
 	g := newGlobal(t, admin, "")
-	bad := 0
+	rnow, err := admin.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
+	}
+	read := time.Now()
+	bad, over := 0, 0
 	for k, key := range keys {
-		tokens, err := redistest.BucketTokens(t.Context(), admin, g.Key(key))
+		tokens, ts, ok, err := redistest.Bucket(t.Context(), admin, g.Key(key))
+		if err == nil && !ok {
+			err = fmt.Errorf("no bucket")
+		}
 		if err != nil {
 			t.Fatalf("bucket %s: %v", key, err)
 		}
 		run := time.Since(start)
+		// What the bucket owes now (its debt, not repaid yet): a window
+		// that ends once it is repaid admits at most B + R*T, as
+		// TestFailoverSentinel checks for lease.
+		at := rnow.Add(time.Since(read))
+		owed := max(-(float64(tokens)/micro + lim.Rate*float64(at.UnixMicro()-ts)/1e6), 0)
+		if bound := float64(lim.Burst) + lim.Rate*run.Seconds() + owed; lim.Mode != hybrid.Optimistic && float64(admitted[k].Load()) > bound+0.001 {
+			if over++; over <= 3 {
+				t.Errorf("key %s admitted %d over %v, want at most B + R*T + owed %.2f = %.3f", key, admitted[k].Load(), run.Round(time.Millisecond), owed, bound)
+			}
+		}
 		// Each instance's share may claim back the refill the bucket
 		// lost at its burst meanwhile (docs/failure.md): at most R*T.
 		most := (float64(lim.Burst)+lim.Rate*run.Seconds()*float64(1+len(f))-float64(admitted[k].Load()))*micro + 1
@@ -304,6 +334,9 @@ func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit,
 				t.Logf("bucket %s holds %d micro-tokens after %d admitted over %v, want at most %.0f: not all charged", key, tokens, admitted[k].Load(), run.Round(time.Millisecond), most)
 			}
 		}
+	}
+	if over > 0 {
+		t.Errorf("%d of %d keys admitted more than B + R*T and what their buckets owe", over, len(keys))
 	}
 	switch {
 	case bad > 0 && lim.Mode == hybrid.Optimistic:
@@ -415,7 +448,7 @@ func mostOf(admitted []atomic.Int32) int32 {
 
 // logWithin logs how many keys admitted more than B + R*T over took (plus
 // the fleet's overshoot bound for an optimistic limit), and the most one
-// did.
+// did, and fails t if some did under an optimistic limit.
 func logWithin(t *testing.T, f itFleet, lim hybrid.Limit, admitted []atomic.Int32, took time.Duration) {
 	t.Helper()
 	var over int64
@@ -430,6 +463,9 @@ func logWithin(t *testing.T, f itFleet, lim hybrid.Limit, admitted []atomic.Int3
 		}
 	}
 	t.Logf("%d of %d keys admitted more than B + R*T + overshoot = %.2f; the most a key admitted: %d", n, len(admitted), bound, mostOf(admitted))
+	if n > 0 && lim.Mode == hybrid.Optimistic {
+		t.Errorf("%d of %d keys admitted more than B + R*T + Overshoot = %.2f", n, len(admitted), bound)
+	}
 }
 
 // settleCalls is a go-redis hook that counts the settlement script's calls
