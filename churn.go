@@ -48,14 +48,5 @@ func (l *Limiter) alone(ctx context.Context, key string, sp *reconcile.Spec, lim
 	} else {
 		l.stats.redisDenied.Add(1)
 	}
-	return Result{
-		Allowed:    gr.Allowed,
-		Remaining:  gr.Remaining,
-		RetryAfter: gr.RetryAfter,
-		ResetAfter: gr.ResetAfter,
-		Limit:      lim,
-		Source:     SourceRedis,
-		seen:       l.clock.Now(),
-		clock:      &l.clock,
-	}, nil
+	return l.answered(lim, gr, l.clock.Now()), nil
 }

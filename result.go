@@ -215,6 +215,12 @@ func (l *Limiter) decided(e *reconcile.Entry, lim Limit, gr global.Result) Resul
 		l.stats.exactDenied.Add(1)
 	}
 	l.r.SetView(e, local.View{Tokens: gr.Remaining * local.Micro, Seen: now})
+	return l.answered(lim, gr, now)
+}
+
+// answered is the Result of a decision that Redis answered with gr, read
+// at now.
+func (l *Limiter) answered(lim Limit, gr global.Result, now time.Duration) Result {
 	return Result{
 		Allowed:    gr.Allowed,
 		Remaining:  gr.Remaining,
