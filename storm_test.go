@@ -246,13 +246,7 @@ func TestPaced(t *testing.T) {
 // the number of keys (MaxKeys is a twentieth of it); 2000 by default.
 func TestChurn(t *testing.T) {
 	proc := redistest.Server(t)
-	keys := 2000
-	if s := os.Getenv("HYBRID_CHURN_KEYS"); s != "" {
-		var err error
-		if keys, err = strconv.Atoi(s); err != nil || keys < 20 {
-			t.Fatalf("HYBRID_CHURN_KEYS=%q: want a number of keys, at least 20", s)
-		}
-	}
+	keys := churnKeys(t, 2000)
 	const (
 		instances = 4
 		workers   = 4
@@ -275,29 +269,8 @@ func TestChurn(t *testing.T) {
 			}
 			admitted := make([]atomic.Int64, keys)
 			var errs, fallback atomic.Int64
-			var wg sync.WaitGroup
 			start := time.Now()
-			for _, l := range lims {
-				var next atomic.Int64
-				for range workers {
-					wg.Go(func() {
-						for i := next.Add(1) - 1; i < int64(keys*passes); i = next.Add(1) - 1 {
-							k := int(i) % keys
-							res, err := l.Allow(ctx, "k"+strconv.Itoa(k), lim)
-							switch {
-							case err != nil:
-								errs.Add(1)
-							case res.Allowed:
-								admitted[k].Add(1)
-								if res.Source == hybrid.SourceFallback {
-									fallback.Add(1)
-								}
-							}
-						}
-					})
-				}
-			}
-			wg.Wait()
+			churnFleet(ctx, lims, workers, keys, passes, lim, admitted, &fallback, &errs)
 			elapsed := time.Since(start)
 			bound := lims[0].Overshoot(lim)
 			// The fleet started cold on new keys, and every eviction
