@@ -121,12 +121,20 @@ const outageGap = time.Second
 //
 // An Optimistic key's share is less what this instance spent of it and has
 // not settled (unsettled micro-tokens): the first request of a key admitted
-// on trust, a budget spent since the view, which the view does not show.
+// on trust, a budget spent since the view, which the view does not show;
+// not for a key the ledger remembers, whose record counts what its earlier
+// entries spent (and a key the ledger remembers is not trusted).
 func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration, unsettled int64) int64 {
 	var s int64
 	switch v := e.View(); {
 	case v.Seen == 0:
-		s = l.recalled(e.Key(), share, now)
+		var known bool
+		if s, known = l.recalled(e.Key(), share, now); known {
+			// What the key's earlier entries admitted is in the ledger,
+			// and their dues, adopted by this one, are in its unsettled
+			// spending: counted once.
+			return s
+		}
 	case l.fb.kind == localShare:
 		held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
 		refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64

@@ -29,13 +29,27 @@ func ledgerSize(maxKeys int) int {
 // entry of it left the store with its bucket not full), or holds none but
 // dropped records whose buckets are not full yet from the key's set, which
 // the key may have been one of: then what a bucket full at that time holds.
-func (l *Limiter) recalled(key string, share local.Limit, now time.Duration) int64 {
+// known reports whether the ledger told anything: a record of the key, or
+// a floor in the future.
+func (l *Limiter) recalled(key string, share local.Limit, now time.Duration) (tokens int64, known bool) {
 	full, _ := l.ledger.Full(key, now)
 	if full <= now {
-		return share.Burst
+		return share.Burst, false
 	}
 	deficit, _ := limit.Refill(full-now, share.Rate, 0)
-	return max(share.Burst-deficit, 0)
+	return max(share.Burst-deficit, 0), true
+}
+
+// remembered reports whether the ledger holds that an earlier entry of key
+// left the store with its share not full yet (or cannot tell it from one
+// that did): such a key's first request is not admitted on trust, which
+// the share would not see.
+func (l *Limiter) remembered(key string) bool {
+	if l.ledger.Empty() {
+		return false
+	}
+	full, _ := l.ledger.Full(key, l.clock.Now())
+	return full > 0
 }
 
 // left receives every entry that leaves the store (reconcile.Config.OnLeave),

@@ -29,7 +29,7 @@ import (
 // then it is denied here, told to retry when that budget is due.
 func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
 	v := e.View()
-	if v.Seen == 0 && l.r.Trust(e, sp, cost) {
+	if v.Seen == 0 && !l.remembered(e.Key()) && l.r.Trust(e, sp, cost) {
 		// Its first request is admitted on trust, charged at the next
 		// round.
 		if !e.Pending.Add(cost) {

@@ -90,7 +90,10 @@ func TestOutageChurn(t *testing.T) {
 		instances = 4
 		workers   = 4
 	)
-	for _, start := range []string{"down", "killed"} {
+	// static: Redis down, the Static fallback; fits: Redis down, MaxKeys
+	// above the keys (no churn); killed: Redis killed after one pass.
+	static := hybrid.Limit{Rate: 1.0 / 60, Burst: 2}
+	for _, start := range []string{"down", "fits", "static", "killed"} {
 		for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
 			t.Run(start+"/"+mode.String(), func(t *testing.T) {
 				// Killed mid-run, a key's bucket holds three quarters of
@@ -107,11 +110,18 @@ func TestOutageChurn(t *testing.T) {
 					proc = redistest.Server(t)
 					addr = proc.Addr()
 				}
+				cfg := hybrid.Config{Prefix: "churn-out", MaxKeys: keys / 20, Instances: instances}
+				switch start {
+				case "fits":
+					cfg.MaxKeys = 2 * keys
+				case "static":
+					cfg.Fallback = hybrid.Static(static)
+				}
 				lims := make([]*hybrid.Limiter, instances)
 				for i := range lims {
 					rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 					t.Cleanup(func() { rdb.Close() })
-					l, err := hybrid.New(rdb, hybrid.Config{Prefix: "churn-out", MaxKeys: keys / 20, Instances: instances})
+					l, err := hybrid.New(rdb, cfg)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -136,6 +146,9 @@ func TestOutageChurn(t *testing.T) {
 				churnFleet(ctx, lims, workers, keys, passes, lim, admitted, &fallback, &errs)
 				elapsed := time.Since(begin)
 				most := float64(lim.Burst) + lim.Rate*elapsed.Seconds() + float64(bound)
+				if start == "static" { // the static limit, per instance
+					most = instances * (float64(static.Burst) + static.Rate*elapsed.Seconds())
+				}
 				worst, total, over, strict := int64(0), int64(0), 0, 0
 				for k := range admitted {
 					n := admitted[k].Load()
@@ -180,7 +193,7 @@ func TestOutageChurn(t *testing.T) {
 					ledger.Reconcile.InFlight += st.Reconcile.InFlight
 				}
 				t.Logf("%s, %d keys (MaxKeys %d) x %d passes x %d instances in %v: %d admitted (%d by the fallback), the most for one key %d (bound %.2f); ledgers: %d records, %d bytes, %d dropped, %d unknown; heap %.1f MiB; %d orphans, %d in flight, %d denied crowded",
-					start, keys, keys/20, passes, instances, elapsed.Round(time.Millisecond), total, fallback.Load(), worst, most,
+					start, keys, cfg.MaxKeys, passes, instances, elapsed.Round(time.Millisecond), total, fallback.Load(), worst, most,
 					ledger.Ledger.Keys, ledger.Ledger.Bytes, ledger.Ledger.Dropped, ledger.Ledger.Unknown, float64(ms.HeapAlloc)/(1<<20), ledger.Reconcile.Orphans, ledger.Reconcile.InFlight, ledger.FallbackCrowded)
 				if errs.Load() > 0 {
 					t.Errorf("%d decisions failed", errs.Load())
@@ -218,7 +231,7 @@ func TestOutageChurn(t *testing.T) {
 					}
 				}
 				wait := 10 * time.Second
-				if start == "down" {
+				if start != "killed" {
 					wait = 100 * time.Millisecond // nothing can be settled
 				}
 				cctx, cancel := context.WithTimeout(ctx, wait)

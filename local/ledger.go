@@ -155,6 +155,10 @@ func (l *Ledger) Put(key string, full, now time.Duration) {
 	recs[free].Store(fp<<atBits | uint64(at))
 }
 
+// Empty reports whether nothing was ever put in l: Full then tells every
+// key full, and a caller may skip reading its clock.
+func (l *Ledger) Empty() bool { return !l.made.Load() }
+
 // Full returns when key's bucket is full, as far as the ledger can tell at
 // now: its record's time, or, for a key it holds no record of, the floor of
 // its set (the latest time the set dropped). A time not after now means
