@@ -497,13 +497,17 @@ func failsThrough(t *testing.T, rdb redis.UniversalClient, prefix string, wants 
 	lim := hybrid.Limit{Rate: slow, Burst: 3}
 	// A call that is refused goes to the fallback at once. One that does not
 	// come back within ColdWait (a TLS handshake loading the system's roots
-	// can take that long) is denied while the breaker is closed: Redis may
-	// only be slow. At most a few of those, before the breaker opens.
+	// can take that long; a server that waits for a handshake the client
+	// never starts) is denied while the breaker is closed: Redis may only be
+	// slow, until it has answered nothing for MaxCallTimeout; then three
+	// calls that time out open the breaker. Those denials come within that
+	// and a few call timeouts, before the breaker opens.
+	until := time.Now().Add(breaker.DefaultMaxCallTimeout + 8*breaker.DefaultCallTimeout)
 	unanswered, fallbacks := 0, 0
 	for i := 0; fallbacks < 5; i++ {
 		res, err := l.Allow(ctx, "k", lim)
 		switch {
-		case err == nil && res.Source == hybrid.SourceRedis && !res.Allowed && fallbacks == 0 && unanswered < 3:
+		case err == nil && res.Source == hybrid.SourceRedis && !res.Allowed && fallbacks == 0 && time.Now().Before(until):
 			unanswered++
 		case err != nil || res.Source != hybrid.SourceFallback || res.Allowed != (fallbacks < 3):
 			t.Fatalf("Allow #%d = %+v, %v; want answered by the fallback (LocalShare: 3 allowed, then denied), no error", i+1, res, err)
