@@ -145,8 +145,8 @@ func TestSettleResend(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, r := range replies[:keys-1] {
-			if r.Err != nil || !r.Duplicate || r.Granted != 0 || !about(r.Tokens, 3*M) {
-				t.Errorf("key %d, the first round again after the next: %+v, want a Duplicate granted 0, tokens %d", i, r, 3*M)
+			if r.Err != nil || !r.Duplicate || !r.Superseded || r.Granted != 0 || !about(r.Tokens, 3*M) {
+				t.Errorf("key %d, the first round again after the next: %+v, want a Superseded Duplicate granted 0, tokens %d", i, r, 3*M)
 			}
 		}
 

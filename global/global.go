@@ -250,14 +250,16 @@ func parseReply(v any, burst, want, consumed int64, dedup bool) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
 	case reset != 0 && reset != 1:
 		return Reply{}, fmt.Errorf("%w: reset %d is neither 0 nor 1", ErrReply, reset)
-	case dup != 0 && dup != 1:
-		return Reply{}, fmt.Errorf("%w: dup %d is neither 0 nor 1", ErrReply, dup)
-	case dup == 1 && reset == 1:
-		return Reply{}, fmt.Errorf("%w: dup and reset both 1", ErrReply)
-	case dup == 1 && !dedup:
-		return Reply{}, fmt.Errorf("%w: dup 1 for a call without a seq", ErrReply)
-	case forgiven < 0 || forgiven > consumed || dup == 1 && forgiven != 0:
+	case dup < 0 || dup > 2:
+		return Reply{}, fmt.Errorf("%w: dup %d is not 0, 1 or 2", ErrReply, dup)
+	case dup != 0 && reset == 1:
+		return Reply{}, fmt.Errorf("%w: dup %d with reset 1", ErrReply, dup)
+	case dup != 0 && !dedup:
+		return Reply{}, fmt.Errorf("%w: dup %d for a call without a seq", ErrReply, dup)
+	case dup == 2 && granted != 0:
+		return Reply{}, fmt.Errorf("%w: granted %d for a superseded duplicate", ErrReply, granted)
+	case forgiven < 0 || forgiven > consumed || dup != 0 && forgiven != 0:
 		return Reply{}, fmt.Errorf("%w: forgiven %d is outside [0, consumed %d], or not 0 for a duplicate", ErrReply, forgiven, consumed)
 	}
-	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup == 1, Forgiven: forgiven}, nil
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup != 0, Superseded: dup == 2, Forgiven: forgiven}, nil
 }

@@ -116,6 +116,11 @@ type Reply struct {
 	// and Tokens is the bucket now. It is never true with Reset, nor for a
 	// Settlement without a Seq.
 	Duplicate bool
+	// Superseded reports a Duplicate whose Seq is below the last one Redis
+	// applied for the key and Instance: a later settlement went first, and
+	// this one may never have been applied (its Consumed not charged). A
+	// caller that cannot tell should charge that consumption again.
+	Superseded bool
 	// Err is this key's error alone: an invalid Settlement (not sent), a
 	// Redis error for this key (such as a script error), a reply wrapping
 	// ErrReply, or the round trip failing. If Err is not nil the other

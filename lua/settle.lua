@@ -76,7 +76,10 @@
 --            reset      1 if KEYS[1] held something unreadable (another
 --                       type, garbled fields) and was replaced, else 0
 --            dup        1 if the call was a duplicate and changed nothing,
---                       else 0; never 1 with reset 1
+--                       2 if it was one of a call superseded since (a
+--                       lower seq than the instance's last: it may never
+--                       have been applied), else 0; never more than 0
+--                       with reset 1
 --            forgiven   micro-tokens of consumed that step 3 did not charge,
 --                       the bucket being at -debt (or below) already: in
 --                       [0, consumed], 0 for a duplicate
@@ -96,7 +99,7 @@
 --   1. refill: t = min(burst, t + floor(elapsed_us * rate / 1e6)); a clock
 --      that went back (failover) refills nothing and ts never moves back
 --   *. a duplicate (below) stops here: it writes nothing and replies the
---      tokens of step 1, dup = 1
+--      tokens of step 1, dup = 1 (2 if superseded)
 --   2. t = min(burst, t + returned)
 --  2b. with a since: the pool (o) is opened if the bucket was last
 --      written at or before since, with the refill step 1 lost at the
@@ -134,7 +137,7 @@
 --                             now}
 --   seq == rec.seq            a duplicate: granted = rec.granted
 --   seq < rec.seq             a duplicate of a call superseded since:
---                             granted = 0
+--                             granted = 0, dup = 2
 -- A key that is missing (expired, flushed, lost) or reset has no records,
 -- so any seq is applied: the state it would duplicate is gone. Such a
 -- bucket is full (a key expires only once its bucket is full again), so a
@@ -592,8 +595,10 @@ for i = 1, nkeys do
     -- unwritten.
     if seq == rs then
       granted = rg
+      dup = 1
+    else
+      dup = 2
     end
-    dup = 1
   else
     -- 2. Allowance given back. A sum past 2^53 rounds to a value still >= burst.
     t = t + returned

@@ -368,14 +368,15 @@ func TestSettleModel(t *testing.T) {
 					// A duplicate: what its seq was granted, the bucket as
 					// refilled, and nothing written.
 					var granted int64
+					dup := int64(2) // superseded since
 					if call.seq == rec.seq {
-						granted = rec.granted
+						granted, dup = rec.granted, 1
 					}
 					a := call.args
 					tokens := m.refilled(got[2], a[0].(int64), a[1].(int64))
-					if got[0] != granted || got[1] != tokens || got[4] != 1 || got[5] != 0 {
-						t.Fatalf("key %d step %d: seq %d of %s sent again (last %d, granted %d): reply %v, want {%d, %d, now, 0, 1}",
-							k, i, call.seq, call.instance, rec.seq, rec.granted, got, granted, tokens)
+					if got[0] != granted || got[1] != tokens || got[4] != dup || got[5] != 0 {
+						t.Fatalf("key %d step %d: seq %d of %s sent again (last %d, granted %d): reply %v, want {%d, %d, now, 0, %d}",
+							k, i, call.seq, call.instance, rec.seq, rec.granted, got, granted, tokens, dup)
 					}
 					st, sts, _, err := redistest.Bucket(ctx, b.rdb, key)
 					if err != nil {

@@ -325,3 +325,40 @@ func TestLostFetchResentByFetch(t *testing.T) {
 		}
 	})
 }
+
+// TestSupersededFetchCharged: an optimistic fetch carrying the key's
+// consumption fails without a reply before Redis applied it; sent again, it
+// reads as superseded (a later settlement of the key went first), so it may
+// never have been applied: its consumption is put back and charged by the
+// next round, not lost.
+func TestSupersededFetchCharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: 100 * time.Millisecond, FirstRound: 100 * time.Millisecond, Breaker: neverOpens})
+		defer r.Close(context.Background())
+		e := entry(r, "k", spec(t, 1e-3, 100, reconcile.Optimistic))
+		e.SetView(local.View{Tokens: 100 * M, Seen: r.Clock().Now()})
+		e.Pending.Add(3 * M)
+		st.set(func(s *store) { s.fail = context.DeadlineExceeded })
+		if err := r.Fetch(context.Background(), e, M); err == nil {
+			t.Fatal("Fetch that got no reply: no error")
+		}
+		if got := e.Pending.Load(); got != 0 {
+			t.Fatalf("the entry holds %d unsettled after the fetch in doubt, want 0: the doubt carries it", got)
+		}
+		st.set(func(s *store) { s.fail, s.supersede = nil, true })
+		r.Fetch(context.Background(), e, M) // sends the doubt again: superseded
+		if got := e.Pending.Load(); got != 3*M {
+			t.Fatalf("the entry holds %d unsettled after the resend read as superseded, want %d put back", got, 3*M)
+		}
+		st.set(func(s *store) { s.supersede = false })
+		time.Sleep(100 * time.Millisecond) // the round charges it
+		synctest.Wait()
+		if got, _ := st.get("k"); got != 97*M {
+			t.Errorf("Redis holds %d, want %d: the consumption charged once", got, 97*M)
+		}
+		if s := r.Stats(); s.Unapplied != 1 {
+			t.Errorf("Unapplied = %d, want 1", s.Unapplied)
+		}
+	})
+}

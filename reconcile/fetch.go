@@ -153,6 +153,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	}
 	if rep.Duplicate {
 		r.stats.duplicates.Add(1)
+		r.superseded(&s, o, &rep)
 	}
 	if sp.Mode == Optimistic && first { // the first budget is a share of the bucket
 		if r.young() {
@@ -202,12 +203,44 @@ func (r *Reconciler) awaitCharge(e *Entry) (time.Duration, bool) {
 // round to send again, unless a newer fetch of the key is in doubt already:
 // that one went to Redis after d, so d would read as superseded (it is
 // dropped, and the grant it may have got with it).
+//
+// The fetch not kept would read as superseded if sent again: what it
+// charged is charged again (see superseded).
 func (r *Reconciler) fetchDoubt(d doubt) {
 	r.mu.Lock()
-	if old, ok := r.fetchDoubts[d.s.Key]; !ok || old.s.Seq < d.s.Seq {
+	old, ok := r.fetchDoubts[d.s.Key]
+	gone := d
+	if !ok || old.s.Seq < d.s.Seq {
 		r.fetchDoubts[d.s.Key] = d
+		gone = old
 	}
 	r.mu.Unlock()
+	if ok {
+		r.unapplied(&gone.s, gone.o)
+	}
+}
+
+// superseded charges again what s charged when rep says Redis read it as a
+// duplicate of a settlement superseded since (global.Reply.Superseded): a
+// fetch in doubt sent again after a newer fetch of its key went first, and
+// so perhaps never applied.
+func (r *Reconciler) superseded(s *global.Settlement, o owner, rep *global.Reply) {
+	if rep.Superseded {
+		r.unapplied(s, o)
+	}
+}
+
+// unapplied puts back the consumption of s, a settlement that may or may
+// not have been applied and will not be sent again: charged again at the
+// next round, twice if it was applied, which errs towards denying; never
+// lost, which would let the fleet admit it again. What it gave back and
+// claimed is dropped (given twice, it would let the fleet admit more than
+// the bucket).
+func (r *Reconciler) unapplied(s *global.Settlement, o owner) {
+	r.stats.unapplied.Add(1)
+	if s.Consumed > 0 {
+		r.putBack(s.Key, o, s.Consumed, 0)
+	}
 }
 
 // settleOne settles s, of a key of sp, now, in the batch of its node

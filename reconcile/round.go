@@ -298,6 +298,7 @@ func (r *Reconciler) settled(i int, rep *global.Reply, end time.Duration) (kept 
 	case rep.Err == nil:
 		if rep.Duplicate {
 			r.stats.duplicates.Add(1)
+			r.superseded(s, o, rep)
 		}
 		r.Took(o.sp, s, rep)
 		if r.apply(s, o, rep, end) {

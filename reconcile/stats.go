@@ -20,6 +20,7 @@ type counters struct {
 	uncertain              atomic.Uint64
 	resent                 atomic.Uint64
 	duplicates             atomic.Uint64
+	unapplied              atomic.Uint64
 	inFlight               atomic.Int64
 	doubtsExpired          atomic.Uint64
 	resets                 atomic.Uint64
@@ -58,6 +59,7 @@ type Stats struct {
 	Uncertain       uint64        // settlements (and fetches asking for a grant) that got no reply, so may have been applied: each is sent again until a reply tells
 	Resent          uint64        // calls for a request sent again because their connection broke under them (see SettleNow)
 	Duplicates      uint64        // settlements sent again that Redis had applied already: each a charge not made twice
+	Unapplied       uint64        // settlements in doubt that Redis read as superseded by a later one of their key, or dropped for a later fetch in doubt: perhaps never applied, their consumption charged again
 	DoubtsExpired   uint64        // settlements in doubt for 5 minutes, given up: consumption charged anew, give-back dropped
 	Resets          uint64        // buckets Redis held unreadable (another type, such as a string SET over one, or garbled fields), replaced by full ones
 	LastRound       time.Duration // the last round trip's duration
@@ -145,6 +147,7 @@ func (r *Reconciler) Stats() Stats {
 		Uncertain:       r.stats.uncertain.Load(),
 		Resent:          r.stats.resent.Load(),
 		Duplicates:      r.stats.duplicates.Load(),
+		Unapplied:       r.stats.unapplied.Load(),
 		DoubtsExpired:   r.stats.doubtsExpired.Load(),
 		Resets:          r.stats.resets.Load(),
 		LastRound:       time.Duration(r.stats.lastRound.Load()),

@@ -34,6 +34,10 @@ type store struct {
 	seqs    map[string][]int64  // the seqs each key was sent, in order
 	sizes   []int               // the settlements of each Settle call past the gate
 	delay   time.Duration       // how long each Settle call takes past the gate (a round trip)
+	// supersede, if set, answers every settlement with a seq as the script
+	// answers one superseded since (a later seq of its instance applied):
+	// a duplicate granted nothing, not applied.
+	supersede bool
 }
 
 func newStore() *store {
@@ -78,6 +82,11 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 		if st.Seq > 0 {
 			s.seqs[st.Key] = append(s.seqs[st.Key], st.Seq)
 		}
+		if s.supersede && st.Seq > 0 {
+			s.dups++
+			replies[i] = global.Reply{Tokens: t, Now: time.Now(), Duplicate: true, Superseded: true}
+			continue
+		}
 		if rec, ok := s.recs[rk]; ok && st.Seq > 0 && st.Seq <= rec[0] {
 			// Applied already, as the script tells.
 			g := int64(0)
@@ -85,7 +94,7 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 				g = rec[1]
 			}
 			s.dups++
-			replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now(), Duplicate: true}
+			replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now(), Duplicate: true, Superseded: st.Seq < rec[0]}
 			continue
 		}
 		t = min(b, t+st.Returned)
