@@ -31,13 +31,18 @@ const (
 	// MasterDown is a replica that lost its master and is configured not
 	// to serve stale data (replica-serve-stale-data no): MASTERDOWN.
 	MasterDown
+	// Unpersisted is Redis refusing writes because it cannot save its RDB
+	// snapshots and is configured to stop writes then
+	// (stop-writes-on-bgsave-error yes): MISCONF.
+	Unpersisted
 
 	// Causes is the number of causes, NoCause included: an array indexed
 	// by Cause has Causes elements.
-	Causes = int(MasterDown) + 1
+	Causes = int(Unpersisted) + 1
 )
 
-// String returns "", "refused", "maxmemory", "readonly" or "masterdown".
+// String returns "", "refused", "maxmemory", "readonly", "masterdown" or
+// "misconf".
 func (c Cause) String() string {
 	switch c {
 	case NoCause:
@@ -50,6 +55,8 @@ func (c Cause) String() string {
 		return "readonly"
 	case MasterDown:
 		return "masterdown"
+	case Unpersisted:
+		return "misconf"
 	}
 	return "cause(" + strconv.Itoa(int(c)) + ")"
 }
@@ -67,6 +74,7 @@ var codes = [...]struct {
 	{"OOM ", Full},
 	{"READONLY ", ReadOnly},
 	{"MASTERDOWN ", MasterDown},
+	{"MISCONF ", Unpersisted},
 }
 
 // CauseOf returns why err, an error reply from Redis, wrapped or not, is

@@ -34,6 +34,7 @@ func TestCauseOf(t *testing.T) {
 		{reply("READONLY You can't write against a read only replica. script: 9e6769c9edcae33737e9e9d049ec00d7cc07d648, on @user_script:1."), global.ReadOnly},
 		{reply("ERR Error running script (call to f_9e6769c9edcae33737e9e9d049ec00d7cc07d648): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica. "), global.ReadOnly},
 		{reply("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), global.MasterDown},
+		{reply("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error."), global.Unpersisted},
 		{reply("NOAUTH Authentication required."), global.Refused},
 		{reply("WRONGPASS invalid username-password pair or user is disabled."), global.Refused},
 		{fmt.Errorf("global: settle %q: %w", "k", reply("NOPERM no permissions")), global.Refused},
@@ -56,7 +57,7 @@ func TestCauseOf(t *testing.T) {
 // TestCauseString: each cause has a name, which the log and the metrics
 // use.
 func TestCauseString(t *testing.T) {
-	want := [global.Causes]string{"", "refused", "maxmemory", "readonly", "masterdown"}
+	want := [global.Causes]string{"", "refused", "maxmemory", "readonly", "masterdown", "misconf"}
 	for c := range global.Causes {
 		if got := global.Cause(c).String(); got != want[c] {
 			t.Errorf("Cause(%d).String() = %q, want %q", c, got, want[c])

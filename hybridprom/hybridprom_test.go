@@ -358,16 +358,18 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP hybrid_refused_calls_total Redis calls that failed because the node refuses every call alike, by cause: maxmemory (memory full, noeviction: OOM), readonly (a read-only replica: READONLY), masterdown (MASTERDOWN), refused (the client refused: NOAUTH, WRONGPASS, NOPERM). Each counts as a failure for the node's breaker.
+# HELP hybrid_refused_calls_total Redis calls that failed because the node refuses every call alike, by cause: maxmemory (memory full, noeviction: OOM), readonly (a read-only replica: READONLY), masterdown (MASTERDOWN), misconf (RDB snapshots failing with stop-writes-on-bgsave-error: MISCONF), refused (the client refused: NOAUTH, WRONGPASS, NOPERM). Each counts as a failure for the node's breaker.
 # TYPE hybrid_refused_calls_total counter
 hybrid_refused_calls_total{cause="maxmemory"} 7
 hybrid_refused_calls_total{cause="masterdown"} 0
+hybrid_refused_calls_total{cause="misconf"} 0
 hybrid_refused_calls_total{cause="readonly"} 0
 hybrid_refused_calls_total{cause="refused"} 2
-# HELP hybrid_refusing 1 for the cause by which a node whose breaker is not closed refuses every call (maxmemory, readonly, masterdown, refused), 0 for the others: all 0 while every breaker is closed or failed otherwise.
+# HELP hybrid_refusing 1 for the cause by which a node whose breaker is not closed refuses every call (maxmemory, readonly, masterdown, misconf, refused), 0 for the others: all 0 while every breaker is closed or failed otherwise.
 # TYPE hybrid_refusing gauge
 hybrid_refusing{cause="maxmemory"} 1
 hybrid_refusing{cause="masterdown"} 0
+hybrid_refusing{cause="misconf"} 0
 hybrid_refusing{cause="readonly"} 0
 hybrid_refusing{cause="refused"} 0
 `

@@ -86,10 +86,11 @@ func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 // refusalText says what each cause of refusal means, in the line logged
 // when a breaker opens for it.
 var refusalText = [global.Causes]string{
-	global.Refused:    "the client is refused: credentials or ACL",
-	global.Full:       "out of memory: maxmemory reached, noeviction",
-	global.ReadOnly:   "a read-only replica",
-	global.MasterDown: "a replica without its master",
+	global.Refused:     "the client is refused: credentials or ACL",
+	global.Full:        "out of memory: maxmemory reached, noeviction",
+	global.ReadOnly:    "a read-only replica",
+	global.MasterDown:  "a replica without its master",
+	global.Unpersisted: "writes stopped: RDB snapshots fail to save, stop-writes-on-bgsave-error",
 }
 
 // logClose logs the end of Close: what it settled, and what it could not.
