@@ -338,13 +338,10 @@ func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit,
 	if over > 0 {
 		t.Errorf("%d of %d keys admitted more than B + R*T and what their buckets owe", over, len(keys))
 	}
-	switch {
-	case bad > 0 && lim.Mode == hybrid.Optimistic:
-		// Seen under -race (1 run in 3): 154 of 2000 buckets about 4
-		// tokens short of what their keys admitted. Not understood yet;
-		// logged so that it is seen, not failed.
-		t.Logf("%d of %d buckets not charged all their keys admitted (optimistic: logged, not failed)", bad, len(keys))
-	case bad > 0:
+	// Optimistic too: once seen under -race, 154 of 2000 buckets about 4
+	// tokens short, before a fetch in doubt read as superseded was charged
+	// again (TestSupersededFetchCharged, reconcile).
+	if bad > 0 {
 		t.Errorf("%d of %d buckets not charged all their keys admitted", bad, len(keys))
 	}
 }
