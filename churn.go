@@ -3,7 +3,6 @@ package hybrid
 import (
 	"context"
 
-	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -22,16 +21,8 @@ func (l *Limiter) alone(ctx context.Context, key string, sp *reconcile.Spec, lim
 	if l.r.DegradedKey(key) {
 		return l.fallback(nil, sp, lim, cost, key), nil
 	}
-	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
-	s, err := global.Decision(key, glim, cost/local.Micro)
-	var rep global.Reply
-	if err == nil {
-		l.stats.fetched.Add(1)
-		if rep, err = l.r.SettleNow(ctx, s); err == nil {
-			err = rep.Err
-		}
-		l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
-	}
+	l.stats.fetched.Add(1)
+	gr, err := l.once(ctx, key, sp, cost)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -42,7 +33,6 @@ func (l *Limiter) alone(ctx context.Context, key string, sp *reconcile.Spec, lim
 		l.stats.unanswered.Add(1)
 		return l.denied(sp, lim, l.r.SyncInterval()/4, local.View{}, 0, SourceRedis), nil
 	}
-	gr := global.Outcome(s, glim, rep)
 	if gr.Allowed {
 		l.stats.redisAllowed.Add(1)
 	} else {

@@ -355,7 +355,7 @@ func fullFleet(t *testing.T, addr string, n int, prefix string) (itFleet, *settl
 	f := make(itFleet, n)
 	for i := range f {
 		rdb := newITClient(addr)
-		rdb.AddHook(calls)
+		rdb.AddHook(redistest.Each(calls.count))
 		cfg := hybrid.Config{Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 		f[i] = newITInstanceOn(t, rdb, cfg, breaker.Config{}, prefix+"-"+strconv.Itoa(i))
 	}
@@ -465,9 +465,10 @@ func logWithin(t *testing.T, f itFleet, lim hybrid.Limit, admitted []atomic.Int3
 	}
 }
 
-// settleCalls is a go-redis hook that counts the settlement script's calls
-// (EVALSHA or EVAL of lua.Settle) and the keys they carry, each command of
-// a pipeline apart. It is safe for concurrent use.
+// settleCalls counts the settlement script's calls (EVALSHA or EVAL of
+// lua.Settle) and the keys they carry, each command of a pipeline apart,
+// through its count hooked on a client (redistest.Each). It is safe for
+// concurrent use.
 type settleCalls struct {
 	calls, keys atomic.Int64
 }
@@ -491,27 +492,6 @@ func (c *settleCalls) count(cmd redis.Cmder) {
 	c.calls.Add(1)
 	if n, err := strconv.Atoi(fmt.Sprint(a[2])); err == nil {
 		c.keys.Add(int64(n))
-	}
-}
-
-// DialHook passes dials through.
-func (c *settleCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook counts a command.
-func (c *settleCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook counts every command of a pipeline.
-func (c *settleCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.count(cmd)
-		}
-		return next(ctx, cmds)
 	}
 }
 

@@ -190,7 +190,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	checkClient(rdb, cfg.Logger)
-	l := &Limiter{g: g, fb: cfg.Fallback, ledger: local.NewLedger(ledgerSize(cfg.MaxKeys)), maxOrphans: ledgerSize(cfg.MaxKeys)}
+	size := ledgerSize(cfg.MaxKeys)
+	l := &Limiter{g: g, fb: cfg.Fallback, ledger: local.NewLedger(size), maxOrphans: size}
 	r, err := reconcile.New(g, reconcile.Config{
 		SyncInterval:  cfg.SyncInterval,
 		FirstRound:    cmp.Or(cfg.FirstRound, firstRound(cmp.Or(cfg.SyncInterval, reconcile.DefaultSyncInterval))),

@@ -181,17 +181,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
-	// One script call, which goes with the other requests that need Redis
-	// now (Reconciler.SettleNow).
-	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
-	s, err := global.Decision(e.Key(), glim, cost/local.Micro)
-	var rep global.Reply
-	if err == nil {
-		if rep, err = l.r.SettleNow(ctx, s); err == nil {
-			err = rep.Err
-		}
-		l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
-	}
+	gr, err := l.once(ctx, e.Key(), sp, cost)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, false, ctx.Err()
@@ -199,7 +189,27 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		l.stats.exactErrors.Add(1)
 		return l.unanswered(err, e, sp, lim, cost), true, nil
 	}
-	return l.decided(e, lim, global.Outcome(s, glim, rep)), true, nil
+	return l.decided(e, lim, gr), true, nil
+}
+
+// once decides cost micro-tokens of key under sp with one script call,
+// which goes with the other requests that need Redis now
+// (Reconciler.SettleNow), and returns what Redis decided.
+func (l *Limiter) once(ctx context.Context, key string, sp *reconcile.Spec, cost int64) (global.Result, error) {
+	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
+	s, err := global.Decision(key, glim, cost/local.Micro)
+	if err != nil {
+		return global.Result{}, err
+	}
+	rep, err := l.r.SettleNow(ctx, s)
+	if err == nil {
+		err = rep.Err
+	}
+	l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
+	if err != nil {
+		return global.Result{}, err
+	}
+	return global.Outcome(s, glim, rep), nil
 }
 
 // decided is the Result of an exact decision for e that Redis answered with

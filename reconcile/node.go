@@ -302,8 +302,8 @@ func (r *Reconciler) call(ctx context.Context, n *node, keys int, f func(ctx con
 // refused keeps the cause of err, the error of a call to node n, as the
 // node's, and counts it, if it is one (global.CauseOf); a call that
 // succeeded while the breaker is closed clears the node's. A call that
-// failed otherwise (no reply in
-// time, say, on a loaded host) leaves it as it was.
+// failed otherwise (no reply in time, say, on a loaded host) leaves it as
+// it was.
 func (r *Reconciler) refused(n *node, err error) {
 	if err == nil {
 		// Not while the breaker is open: a call sent before it opened,

@@ -43,6 +43,33 @@ func LoopbackDialer(timeout time.Duration) func(ctx context.Context, network, ad
 	}
 }
 
+// Each is a go-redis hook that calls itself with every command sent, each
+// command of a pipeline or transaction apart, before it goes: a test's
+// own count of the commands it cares for. It must be safe for concurrent
+// use.
+type Each func(cmd redis.Cmder)
+
+// DialHook passes dials through.
+func (f Each) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook calls f with the command.
+func (f Each) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook calls f with every command of a pipeline.
+func (f Each) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			f(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // Counter is a go-redis hook that counts the commands sent, each command of
 // a pipeline or transaction apart. The zero Counter is ready to use and safe
 // for concurrent use.
