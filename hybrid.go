@@ -462,24 +462,25 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 
 // heldBack decides a lease request of cost micro-tokens for e, which holds
 // too little allowance for it, from e's view of the global bucket, when the
-// view is fresh (at most two intervals old): denied is true when the request
-// is denied here, without a round trip, and res is the denial. fresh reports
-// whether the view was.
+// view is fresh (see reconcile.Reconciler.Fresh): denied is true when the
+// request is denied here, without a round trip, and res is the denial.
+// fresh reports whether the view was.
 func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, now time.Duration) (fresh bool, res Result, denied bool) {
 	v := e.View()
-	if v.Seen == 0 || v.Age(now) > 2*l.r.SyncInterval() {
+	if v.Seen == 0 || v.Age(now) > l.r.Fresh(e, sp) {
 		return false, Result{}, false
 	}
 	// The fleet's bucket, as last seen and refilled since, cannot yet hold
 	// what a fetch would need (cost less the lease, or for a saturated key
-	// a little more: see due): deny here, until then.
+	// more: this instance's turn; see reconcile.Reconciler.Due): deny here,
+	// until then.
 	held := e.Allowance.Load()
-	if wait := untilHolds(sp, v, l.due(e, sp, cost-held), now) - l.r.Lead(); wait > viewSlack {
+	if wait := untilHolds(sp, v, l.r.Due(e, sp, v, cost-held), now) - l.r.Lead(); wait > viewSlack {
 		l.r.Starved(e, false)
 		return true, l.deniedHere(sp, lim, wait, v, held, now), true
 	}
 	if l.r.Fetching(e) && l.r.Refill(sp, l.r.SyncInterval()) <= sp.Limit.Burst &&
-		v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Instances()*l.r.LeaseSize(e, sp)+cost {
+		v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Takers(e)*l.r.LeaseSize(e, sp)+cost {
 		// A fetch is on its way, and the fleet's fetches may take all the
 		// bucket holds (a lease each): one request waits for it, the others
 		// are told to retry when it is back, a round trip from now, rather
@@ -493,35 +494,6 @@ func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 	}
 	return true, Result{}, false
 }
-
-// due returns the micro-tokens that the global bucket of e must hold, as
-// this instance last saw it and refilled since, before a lease request that
-// needs need micro-tokens from Redis fetches them: need, or more for a key
-// whose lease is larger (see pace), whichever is more. A key whose burst is
-// below one interval's refill is starved between rounds by its own demand:
-// it fetches on its own as soon as the bucket refilled enough, so it admits
-// its rate whatever the burst.
-func (l *Limiter) due(e *reconcile.Entry, sp *reconcile.Spec, need int64) int64 {
-	return max(need, l.pace(sp, l.r.LeaseSize(e, sp), l.r.Askers(e)))
-}
-
-// pace returns what a saturated key of sp, whose allowance here holds at
-// most size micro-tokens, waits for the bucket to refill before it asks
-// Redis again: as much of size as the bucket refills in fetchPace for each
-// of the askers instances that ask for the key (N instances that all ask
-// take turns), and at most half the burst, so that the bucket is not full
-// (refilling nothing) while the request is on its way. A saturated key so
-// costs the fleet about one round trip per fetchPace, unless one allowance
-// is refilled faster, and a denial's RetryAfter (to when this much is due)
-// is at most askers*fetchPace after a token is due: fetchPace for an
-// instance alone on the key.
-func (l *Limiter) pace(sp *reconcile.Spec, size, askers int64) int64 {
-	return min(size, l.r.Refill(sp, fetchPace)*askers, sp.Limit.Burst/2)
-}
-
-// fetchPace paces the round trips of a saturated key (see pace): about one
-// per fetchPace for the fleet, unless one allowance is refilled faster.
-const fetchPace = time.Millisecond
 
 // lease returns the allowance e holds in lease mode, in micro-tokens: tokens
 // of the global bucket reserved for this instance. 0 in the other modes,

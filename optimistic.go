@@ -86,7 +86,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		v = e.View()
 	}
 	now := l.clock.Now()
-	if v.Age(now) <= 2*l.r.SyncInterval() {
+	if v.Age(now) <= l.r.Fresh(e, sp) {
 		if wait := l.settleWait(e, sp, cost, v, now); wait > viewSlack {
 			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}
@@ -135,7 +135,7 @@ func (l *Limiter) settleWait(e *reconcile.Entry, sp *reconcile.Spec, cost int64,
 	// within their share of a full bucket, which is the most a share of
 	// what the bucket holds can ever bring.
 	n := l.r.Askers(e)
-	pace := min(l.pace(sp, l.r.Cap(sp), n), sp.Limit.Burst/(2*n))
+	pace := min(l.r.Pace(sp, l.r.Cap(sp), n), sp.Limit.Burst/(2*n))
 	unsettled, left := l.r.Unsettled(e), e.Allowance.Load()
 	whole := left / local.Micro * local.Micro // a grant replaces the fraction
 	need := max(cost-whole, pace)

@@ -669,9 +669,14 @@ for i = 1, nkeys do
       rcall('SET', key, format('%.0f ', t) .. sts, 'PX', ttl)
     else
       local st = format('%.0f', t)
-      if form and form ~= 'hash' then
-        rcall('DEL', key) -- a string or another type, made a hash
-      elseif reset == 1 then
+      if form and form ~= 'hash' or reset == 1 then
+        -- A string or another type made a hash, or an unreadable hash
+        -- replaced. SET first: a full Redis (maxmemory) refuses it, and so
+        -- the call, as it refuses every call that writes. DEL is no write
+        -- it refuses, and once a script has written, Redis lets its later
+        -- writes through (a script is never applied in part): a DEL first
+        -- would let the call through whole.
+        rcall('SET', key, '')
         rcall('DEL', key)
       end
       local rec, written = nil, 2

@@ -85,6 +85,9 @@ func (r *Reconciler) observe(e *Entry, s *global.Settlement, rep *global.Reply) 
 		if !alone && now == prev {
 			return // two calls of the same microsecond: which came first is not known
 		}
+		if sp := x.Spec(); sp != nil && sp.Mode == Lease {
+			r.countTakers(e, s, rep, want-found)
+		}
 	}
 	x.lastNow.Store(now)
 	sp := x.Spec()

@@ -1,5 +1,7 @@
 package reconcile
 
+import "time"
+
 // DoubtBuffers returns the capacity of r's list of settlements in doubt and
 // the most keys its map of them has held since it was made. Call it between
 // rounds.
@@ -12,3 +14,11 @@ const MaxBatch = maxBatch
 
 // YoungBeats is youngBeats.
 const YoungBeats = youngBeats
+
+// SettleDue is settleDue.
+func SettleDue(r *Reconciler, e *Entry, sp *Spec, now time.Duration) bool {
+	return r.settleDue(e, sp, now)
+}
+
+// TurnTime is turnTime.
+const TurnTime = turnTime

@@ -62,17 +62,17 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// round does not grow it again); one that the last round took
 			// back because the key was idle does not: it was not too small.
 			if starved, idle := e.X.clearStarved(), e.X.clearIdle(); starved && !idle {
-				tgt = r.resize(e, sp, bal, true)
+				tgt = r.resize(e, sp, bal, 0, true)
 			}
 			if cost > tgt { // a lease holds a request's cost at least
-				tgt = min((cost+local.Micro-1)/local.Micro*local.Micro, r.maxLease(sp))
+				tgt = min((cost+local.Micro-1)/local.Micro*local.Micro, r.maxLease(sp)) // beyond its share, if it must
 			}
 			e.X.target.Store(uint32(tgt / local.Micro))
 			// What the requests waiting for the key need, if more: they
 			// came while the last fetch was on its way, and this one serves
 			// them all (whole tokens, within the most a lease holds).
 			need := r.sides.demand(e) / local.Micro * local.Micro
-			s.Want = max(min(max(tgt, need), r.maxLease(sp)), cost) - bal
+			s.Want = max(min(max(tgt, need), r.LeaseCap(e, sp)), cost) - bal
 			s.MinGrant = cost - bal
 			// A lease beyond the request is what a lost reply would lose:
 			// such a fetch is numbered, under a name of the fetches' own

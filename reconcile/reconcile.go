@@ -340,10 +340,11 @@ func (r *Reconciler) LocalCapacity() int64 { return r.lc }
 
 // Starved records that e's allowance could not pay for a request, or ran
 // low: its lease grows at the next round. With early, and if the global
-// bucket still held tokens at the last round, the key is also topped up in an
+// bucket held enough at the last view for every instance that takes the
+// key to top its lease up (see plenty), the key is also topped up in an
 // early round (the first time since the last round). It never blocks.
 func (r *Reconciler) Starved(e *Entry, early bool) {
-	if e.X.starve() && early && e.View().Tokens > 0 {
+	if e.X.starve() && early && r.plenty(e) {
 		r.mu.Lock()
 		r.low = append(r.low, e)
 		r.mu.Unlock()

@@ -97,7 +97,8 @@ func (r *Reconciler) round(ctx context.Context) {
 	var waiting int64 // the consumption of keys that wait for their settlement in doubt
 	for i, e := range r.batch {
 		e.X.clearQueued()
-		allowed += e.Allowance.TakeSpends()
+		spends := e.Allowance.TakeSpends()
+		allowed += spends
 		sp := e.X.Spec()
 		if sp == nil || e.Retired() { // a retired entry's dues are an orphan now
 			continue
@@ -114,11 +115,15 @@ func (r *Reconciler) round(ctx context.Context) {
 			r.hold(e)
 			continue
 		}
+		if claim && i < touched && !r.settleDue(e, sp, r.clock.Now()) {
+			r.hold(e) // settled in a later round, once it is due
+			continue
+		}
 		if claim && !e.X.claimCharge() {
 			r.hold(e) // a fetch is charging it: settle it next round
 			continue
 		}
-		if s, ok := r.settlement(e, sp, i < touched); ok {
+		if s, ok := r.settlement(e, sp, i < touched, int64(spends)*local.Micro); ok {
 			r.sets = append(r.sets, s)
 			r.owners = append(r.owners, owner{e: e, sp: sp, claimed: claim})
 			continue
@@ -158,7 +163,10 @@ func (r *Reconciler) topUp(ctx context.Context) {
 			continue
 		}
 		bal := e.Allowance.Load()
-		tgt := r.resize(e, sp, bal, e.X.clearStarved())
+		if !r.ready(e, sp, bal, r.clock.Now()) {
+			continue // not its turn yet: its requests fetch when it is
+		}
+		tgt := r.resize(e, sp, bal, 0, e.X.clearStarved())
 		if bal < tgt {
 			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
 			r.owners = append(r.owners, owner{e: e, sp: sp})

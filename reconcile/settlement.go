@@ -22,10 +22,11 @@ type owner struct {
 
 // settlement computes what e settles this round: its unsettled consumption
 // and, in lease mode, the allowance to give back (all of it for a key not
-// touched since the last round) or to ask for. It takes the amounts out of
+// touched since the last round) or to ask for, after spends that took used
+// micro-tokens at least (a token each). It takes the amounts out of
 // e; restore puts them back if the round fails. ok is false when there is
 // nothing to settle.
-func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Settlement, ok bool) {
+func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s global.Settlement, ok bool) {
 	// Costs are whole tokens: lease grants are too, so that no instance
 	// holds a fraction it cannot spend while others could.
 	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
@@ -45,14 +46,18 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool) (s global.Sett
 	default:
 		bal := e.Allowance.Load()
 		starved := e.X.clearStarved()
-		tgt := r.resize(e, sp, bal, starved)
+		tgt := r.resize(e, sp, bal, used, starved)
 		switch {
-		case bal > tgt:
+		case bal > 2*tgt:
+			// Far more than the key needs: the rest goes back. A lease
+			// a little larger than its target is spent instead, so that a
+			// target that moves (see LeaseCap) costs no round trips.
 			s.Returned = e.Allowance.TakeUpTo(bal - tgt)
-		case starved:
-			// Demand outran the lease: top it up. A key that was not
-			// starved is fetched on demand instead, so that light keys hold
-			// no lease between their requests.
+		case starved && r.ready(e, sp, bal, r.clock.Now()):
+			// Demand outran the lease: top it up, when it is the
+			// instance's turn (see Due). A key that was not starved is
+			// fetched on demand instead, so that light keys hold no lease
+			// between their requests.
 			s.Want = tgt - bal
 		}
 	}

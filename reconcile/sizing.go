@@ -11,16 +11,22 @@ import (
 
 // resize adapts the allowance e keeps in lease mode to its use: double it if
 // it was starved since the last round, halve it if less than a quarter of it
-// was used (the gap between the two keeps a steady key from swinging); within [one token, min(LocalCapacity, burst)]. It returns it in
-// micro-tokens.
-func (r *Reconciler) resize(e *Entry, sp *Spec, bal int64, starved bool) int64 {
+// is used (more than three quarters of it are left, and the spends since
+// the last round, used micro-tokens at least, took less than a quarter: a
+// lease fetched since is not too large for being full) (the gap between
+// the two keeps a steady key from swinging);
+// within [one token, LeaseCap]. It returns it in micro-tokens.
+func (r *Reconciler) resize(e *Entry, sp *Spec, bal, used int64, starved bool) int64 {
 	t := r.target(e, sp)
 	if starved {
 		t *= 2
-	} else if bal > t/4*3 {
+		if n := r.Takers(e); n > 1 {
+			t = max(t, r.turn(sp, n)) // a key the fleet shares: its turn at once
+		}
+	} else if bal > t/4*3 && used < t/4 {
 		t /= 2
 	}
-	t = min(max(t-t%local.Micro, local.Micro), r.maxLease(sp)) // whole tokens
+	t = min(max(t-t%local.Micro, local.Micro), r.LeaseCap(e, sp)) // whole tokens
 	e.X.target.Store(uint32(t / local.Micro))
 	return t
 }
@@ -93,7 +99,16 @@ func (r *Reconciler) BudgetWait(sp *Spec, tokens, old, need int64) time.Duration
 		return math.MaxInt64
 	}
 	n := r.live.Load()
-	return min(limit.DurationFor(n*(need-old), sp.Limit.Rate), limit.DurationFor(n*need-tokens, sp.Limit.Rate))
+	refill := limit.DurationFor(n*(need-old), sp.Limit.Rate)
+	if n > 1 {
+		// Not the share of what the bucket holds: the budgets the fleet's
+		// instances hold are in it too, charged later, and an instance
+		// that came back for it at once would come as often as the
+		// bucket looks full, not as its share of the refill accrues.
+		// What it holds is its share at the next settlement all the same.
+		return refill
+	}
+	return min(refill, limit.DurationFor(n*need-tokens, sp.Limit.Rate))
 }
 
 // Lead returns how long before tokens are due in a key's bucket a request
@@ -126,4 +141,40 @@ const maxLead = 250 * time.Microsecond
 // (see quiet).
 func (r *Reconciler) Others(e *Entry, sp *Spec) int64 {
 	return (r.Askers(e) - 1) * r.Cap(sp)
+}
+
+// settleDue reports whether a round settles e's optimistic key, touched
+// since the last round, at now. A key's settlements follow its use, not
+// the rounds: it is settled once its turn comes, the fleet's settlements
+// of the key about one per turnTime as a lease key's turns are, once what
+// it spent unsettled reaches half its budget cap, which renews the budget
+// as it halves (what the fleet's view of the bucket lacks of it stays
+// within the cap: docs/accuracy.md), or once its view is staleAge old. A key the instance barely uses is so
+// settled rarely; one whose budget runs dry settles on demand, when the
+// share a settlement would bring covers the request (hybrid's optimistic
+// path); one that the whole fleet spends, about twice per budget's worth
+// of its share of the refill: about 2n·R/(B + R·I) calls a second for n
+// instances.
+func (r *Reconciler) settleDue(e *Entry, sp *Spec, now time.Duration) bool {
+	v := e.View()
+	if v.Seen == 0 {
+		return true
+	}
+	age := v.Age(now)
+	if age >= min(r.staleAge(sp), time.Duration(r.live.Load())*turnTime) || v.Tokens+r.Refill(sp, age) >= sp.Limit.Burst {
+		// Its turn, as a lease key's (the fleet's settlements of the key
+		// come about once per turnTime), or stale; or the bucket is full
+		// as far as the view tells: it loses its refill until the charges
+		// it holds land.
+		return true
+	}
+	// A dry budget is renewed by its requests, in their turn (hybrid's
+	// optimistic path), which charges what it spent too.
+	return e.Pending.Load() >= r.Cap(sp)/2 && e.Allowance.Load() >= local.Micro
+}
+
+// staleAge is the longest an optimistic key in use goes unsettled: the time
+// its bucket takes to refill, within one interval and ten.
+func (r *Reconciler) staleAge(sp *Spec) time.Duration {
+	return min(max(sp.Duration(sp.Limit.Burst), r.cfg.SyncInterval), 10*r.cfg.SyncInterval)
 }
