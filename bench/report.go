@@ -62,6 +62,9 @@ type OutageReport struct {
 type Report struct {
 	Mode   string `json:"mode"`
 	Target string `json:"target"`
+	// Latency is the round trip added between the fleet and Redis
+	// (Target.AddLatency); 0 means none.
+	Latency time.Duration `json:"latency_ns,omitempty"`
 
 	// The scenario, with defaults applied. SyncInterval and LocalCapacity
 	// are as configured (0: the Limiter's default).
@@ -179,6 +182,7 @@ func (r *run) build(t tally, window, elapsed time.Duration, timeline []Sample) R
 	rep := Report{
 		Mode:          r.mode,
 		Target:        r.t.String(),
+		Latency:       r.t.latency,
 		Instances:     sc.Instances,
 		Workers:       sc.Workers,
 		Keys:          sc.Keys,

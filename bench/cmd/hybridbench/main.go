@@ -37,6 +37,13 @@
 // the table goes to stdout, -json FILE writes every report as JSON, and
 // -plot FILE draws the admitted rate over time per mode as an SVG chart.
 //
+// -latency D (e.g. 1ms) adds D to every round trip between the fleet and
+// Redis, half each way: the fleet's clients dial a TCP proxy, run in a
+// process of its own, in front of each Redis node (every node of a
+// cluster, its MOVED and ASK redirections mapped to the proxies). The
+// bench's own reads of Redis go direct. The heading gives PING's round trip
+// through the proxy and direct.
+//
 // -outage DUR@AT (e.g. 2s@5s) takes the Redis away during each mode's run,
 // at AT after the first arrival, for DUR, and brings it back empty: the
 // spawned redis-server is killed and started again on the same port, the
@@ -111,6 +118,7 @@ func run() error {
 		sLC     = flag.String("sweep-lc", "256,4096,65536", "LocalCapacity `values` for -sweep, in tokens")
 		quiet   = flag.Bool("q", false, "no progress line")
 		outage  = flag.String("outage", "", "take the Redis away during each mode's run, `DUR@AT`: at AT after the first arrival, for DUR (e.g. 2s@5s), and bring it back empty; embedded miniredis or -spawn-redis only")
+		latency = flag.Duration("latency", 0, "round trip to add between the fleet and Redis, half each way, through a TCP proxy in a process of its own in front of every Redis node (0: none, direct)")
 	)
 	flag.IntVar(&sc.Instances, "instances", 8, "instances in the fleet, each with its own Redis client and limiter")
 	procs := flag.Int("procs", 0, "run the instances in this many separate processes (0: all in this one), coordinated through Redis only")
@@ -175,11 +183,17 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *latency < 0 {
+		return fmt.Errorf("-latency %v is negative", *latency)
+	}
 	target, err := openTarget(*addr, *cluster, *spawn, *spawnC)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	if err := target.AddLatency(ctx, *latency); err != nil {
+		return fmt.Errorf("-latency: %w", err)
+	}
 
 	list := bench.Modes(target)
 	if *modes != "" {
