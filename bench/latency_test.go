@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ func TestAddLatency(t *testing.T) {
 		t.Errorf("AddLatency twice: no error")
 	}
 	sc := latencyScenario()
+	var reports []Report
 	for _, procs := range []int{0, 2} {
 		var (
 			rep Report
@@ -64,6 +66,17 @@ func TestAddLatency(t *testing.T) {
 		if rep.Latency != rtt || !strings.Contains(rep.Target, "via a proxy") {
 			t.Errorf("%d processes: report Latency %v, Target %q; want %v, via a proxy", procs, rep.Latency, rep.Target, rtt)
 		}
+		if rep.Health == nil {
+			t.Errorf("%d processes: no Health in the report of exact", procs)
+		}
+		reports = append(reports, rep)
+	}
+	var buf bytes.Buffer
+	if err := WriteHealth(&buf, reports); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(lines) != 3 || !strings.Contains(lines[0], "fetch t/o") {
+		t.Errorf("WriteHealth:\n%s\nwant a header with fetch t/o and two rows", buf.String())
 	}
 	if _, err := viaDialer(target.via)(t.Context(), "tcp", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "no proxy") {
 		t.Errorf("dial of an address without a proxy: %v, want refused", err)

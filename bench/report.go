@@ -155,6 +155,9 @@ type Report struct {
 	// fallback policy answers meanwhile.
 	RedisErrors uint64 `json:"redis_errors"`
 	Breaker     uint64 `json:"breaker_transitions"`
+	// Health details RedisErrors and Breaker, for the hybrid modes; nil
+	// for the others.
+	Health *Health `json:"health,omitempty"`
 	// CloseError reports the limiters that failed to close at the end (such
 	// as a last settlement that timed out), with the first error: it does
 	// not change the figures.
@@ -212,6 +215,10 @@ func (r *run) build(t tally, window, elapsed time.Duration, timeline []Sample) R
 		RedisErrors:    t.RedisErrors,
 		Breaker:        t.Breaker,
 		OvershootBound: t.OvershootBound,
+	}
+	if t.Hybrid {
+		h := t.Health
+		rep.Health = &h
 	}
 	if sc.Dist == Zipf {
 		rep.ZipfS = sc.ZipfS

@@ -263,6 +263,9 @@ func run() error {
 			return err
 		}
 	}
+	if err := bench.WriteHealth(os.Stdout, reports); err != nil {
+		return err
+	}
 	if *jsonOut != "" {
 		b, err := json.MarshalIndent(reports, "", "  ")
 		if err != nil {
