@@ -103,15 +103,19 @@ const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tf
 // stopped waiting for a fetch, hb for heartbeats, exact), the requests
 // denied unanswered, the calls that ran out of time while Redis answered
 // others (pressured), the settlements in doubt (uncertain), and the
-// breakers' transitions, those to open apart. It writes nothing if no
-// report has a Health.
+// breakers' transitions, those to open apart. The table follows an empty
+// line, to come under another; WriteHealth writes nothing if no report has
+// a Health.
 func WriteHealth(w io.Writer, reports []Report) error {
-	any := false
+	some := false
 	for _, r := range reports {
-		any = any || r.Health != nil
+		some = some || r.Health != nil
 	}
-	if !any {
+	if !some {
 		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, healthHeader+"\t")
