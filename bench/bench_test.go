@@ -425,7 +425,9 @@ func TestRunOutage(t *testing.T) {
 		if o == nil {
 			t.Fatalf("%s: no outage in the report", mode)
 		}
-		if o.From < 0.99 || o.To < o.From+0.99 || o.To > o.From+1.5 {
+		// It ends at At + For after the start, however late a busy machine
+		// took Redis down.
+		if o.From < 0.99 || o.To < 1.99 || o.To > o.From+1.5 {
 			t.Errorf("%s: outage from %.3fs to %.3fs, want about 1s to 2s", mode, o.From, o.To)
 		}
 		if o.Errors != 0 {
@@ -556,8 +558,11 @@ func TestRunClosed(t *testing.T) {
 			if rep.Errors != 0 || rep.Fallback != 0 {
 				t.Errorf("%d errors (the first %q), %d fallback decisions; want none", rep.Errors, rep.FirstError, rep.Fallback)
 			}
-			// Far more than an open loop at 4x would ask: 4*50*8 = 1600/s.
-			if rep.Decisions < 10_000 {
+			// More than an open loop at 4x would ask, 4*50*8 = 1600/s:
+			// how much more depends on the machine (about 10,000 on 2
+			// idle cores with the race detector, a third of it beside
+			// other packages' tests).
+			if rep.Decisions < 2*1600 {
 				t.Errorf("Decisions = %d, want many more than an open loop asks", rep.Decisions)
 			}
 			if rep.SaturatedKeys < 2 {
