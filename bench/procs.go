@@ -137,7 +137,7 @@ func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs in
 	}()
 	for i := range procs {
 		lo, hi := i*sc.Instances/procs, (i+1)*sc.Instances/procs
-		job := shardJob{Kind: t.kind, Addrs: t.addrs, Scenario: toShard(sc), Mode: mode, Prefix: r.prefix, Lo: lo, Hi: hi}
+		job := shardJob{Kind: t.kind, Addrs: t.addrs, Via: t.via, Scenario: toShard(sc), Mode: mode, Prefix: r.prefix, Lo: lo, Hi: hi}
 		b, err := json.Marshal(job)
 		if err != nil {
 			return Report{}, err

@@ -62,6 +62,9 @@ type OutageReport struct {
 type Report struct {
 	Mode   string `json:"mode"`
 	Target string `json:"target"`
+	// Latency is the round trip added between the fleet and Redis
+	// (Target.AddLatency); 0 means none.
+	Latency time.Duration `json:"latency_ns,omitempty"`
 
 	// The scenario, with defaults applied. SyncInterval and LocalCapacity
 	// are as configured (0: the Limiter's default).
@@ -152,6 +155,9 @@ type Report struct {
 	// fallback policy answers meanwhile.
 	RedisErrors uint64 `json:"redis_errors"`
 	Breaker     uint64 `json:"breaker_transitions"`
+	// Health details RedisErrors and Breaker, for the hybrid modes; nil
+	// for the others.
+	Health *Health `json:"health,omitempty"`
 	// CloseError reports the limiters that failed to close at the end (such
 	// as a last settlement that timed out), with the first error: it does
 	// not change the figures.
@@ -179,6 +185,7 @@ func (r *run) build(t tally, window, elapsed time.Duration, timeline []Sample) R
 	rep := Report{
 		Mode:          r.mode,
 		Target:        r.t.String(),
+		Latency:       r.t.latency,
 		Instances:     sc.Instances,
 		Workers:       sc.Workers,
 		Keys:          sc.Keys,
@@ -208,6 +215,10 @@ func (r *run) build(t tally, window, elapsed time.Duration, timeline []Sample) R
 		RedisErrors:    t.RedisErrors,
 		Breaker:        t.Breaker,
 		OvershootBound: t.OvershootBound,
+	}
+	if t.Hybrid {
+		h := t.Health
+		rep.Health = &h
 	}
 	if sc.Dist == Zipf {
 		rep.ZipfS = sc.ZipfS

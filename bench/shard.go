@@ -21,19 +21,21 @@ import (
 // The shard's side of RunProcs: a process that runs some of the fleet's
 // instances (see procs.go for the protocol).
 
-// ShardEnv is the environment variable that makes a process a shard of
-// RunProcs: IsShard reports it, ServeShard serves it.
+// ShardEnv is the environment variable that makes a process a helper of
+// this package: a shard of RunProcs, or the proxy of a Target with latency
+// (Target.AddLatency). IsShard reports it, ServeShard serves it.
 const ShardEnv = "HYBRIDBENCH_SHARD"
 
 // shardJob is what a shard runs: instances [Lo, Hi) of the fleet.
 type shardJob struct {
-	Kind     targetKind    `json:"kind"`
-	Addrs    []string      `json:"addrs"`
-	Scenario shardScenario `json:"scenario"`
-	Mode     string        `json:"mode"`
-	Prefix   string        `json:"prefix"`
-	Lo       int           `json:"lo"`
-	Hi       int           `json:"hi"`
+	Kind     targetKind        `json:"kind"`
+	Addrs    []string          `json:"addrs"`
+	Via      map[string]string `json:"via,omitempty"` // Target.via: the proxies the clients dial
+	Scenario shardScenario     `json:"scenario"`
+	Mode     string            `json:"mode"`
+	Prefix   string            `json:"prefix"`
+	Lo       int               `json:"lo"`
+	Hi       int               `json:"hi"`
 }
 
 // shardScenario is a Scenario as a shard receives it: the fields of
@@ -101,14 +103,21 @@ type shardResult struct {
 	CPU time.Duration `json:"cpu,omitempty"`
 }
 
-// IsShard reports whether this process was started by RunProcs as a shard
-// of a fleet.
+// IsShard reports whether this process was started by this package as a
+// helper: a shard of a RunProcs fleet, or a Target's proxy.
 func IsShard() bool { return os.Getenv(ShardEnv) != "" }
 
-// ServeShard runs this process as a shard of a RunProcs fleet, on the job
-// read from stdin, and returns the exit code. Call it first thing in main
-// when IsShard is true.
+// ServeShard runs this process as the helper it was started as (a shard of
+// a RunProcs fleet, or a Target's proxy), on the job read from stdin, and
+// returns the exit code. Call it first thing in main when IsShard is true.
 func ServeShard() int {
+	if os.Getenv(ShardEnv) == shardProxy {
+		if err := serveProxy(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench proxy:", err)
+			return 1
+		}
+		return 0
+	}
 	redis.SetLogger(quietLogger{}) // refused dials during an outage
 	if err := serveShard(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench shard:", err)
@@ -136,7 +145,7 @@ func serveShard(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	t, err := open(&Target{kind: job.Kind, addrs: job.Addrs})
+	t, err := open(&Target{kind: job.Kind, addrs: job.Addrs, via: job.Via})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,11 @@ type tally struct {
 
 	Tracked              int
 	RedisErrors, Breaker uint64
-	Commands             int64
+	// Health sums the hybrid Limiters' statistics; Hybrid reports that
+	// there were some.
+	Health   Health
+	Hybrid   bool
+	Commands int64
 	// Sent counts the commands sent by name, in a long tail only.
 	Sent map[string]int64 `json:",omitempty"`
 	// HeapGrowth is the growth of the live heap over the run, in bytes.
@@ -49,6 +53,8 @@ func (t *tally) add(o *tally) {
 	t.Tracked += o.Tracked
 	t.RedisErrors += o.RedisErrors
 	t.Breaker += o.Breaker
+	t.Health.add(o.Health)
+	t.Hybrid = t.Hybrid || o.Hybrid
 	t.Commands += o.Commands
 	for name, n := range o.Sent {
 		if t.Sent == nil {
@@ -95,10 +101,12 @@ func (r *run) tally(heapBefore uint64, cmdsBefore int64, sentBefore map[string]i
 	for _, in := range r.insts {
 		t.Tracked += in.dec.tracked()
 		if d, ok := in.dec.(*hybridDecider); ok {
-			st := d.l.Stats()
-			rc := st.Reconcile
-			t.RedisErrors += rc.RoundErrors + rc.KeyErrors + rc.FetchErrors + rc.FetchTimeouts + rc.HeartbeatErrors + st.ExactErrors
-			t.Breaker += rc.Transitions
+			var h Health
+			h.observe(d.l.Stats())
+			t.RedisErrors += h.errors()
+			t.Breaker += h.Transitions
+			t.Health.add(h)
+			t.Hybrid = true
 		}
 	}
 	t.HeapGrowth = int64(heapAlloc()) - int64(heapBefore)

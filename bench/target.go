@@ -38,9 +38,15 @@ type Target struct {
 	mini  *miniredis.Miniredis   // kindMiniredis: owned
 	proc  *redistest.Proc        // kindSpawned: owned
 	clust *redistest.ClusterProc // kindCluster, if spawned: owned
-	clock redis.UniversalClient
-	own   nameCounter   // the clock client's commands: the bench's own
-	runs  atomic.Uint64 // runs started, for key prefixes
+	clock redis.UniversalClient  // direct, whatever the latency
+	own   nameCounter            // the clock client's commands: the bench's own
+	runs  atomic.Uint64          // runs started, for key prefixes
+
+	// Set by AddLatency, before any run.
+	via                 map[string]string // node address -> its proxy's; nil: direct
+	proxy               *proxyProc        // owned
+	latency             time.Duration     // the round trip added
+	pingVia, pingDirect time.Duration     // PING's median through the proxy and direct
 
 	outMu sync.Mutex // serializes down and up
 
@@ -106,10 +112,10 @@ func SpawnCluster() (*Target, error) {
 	return open(&Target{kind: kindCluster, addrs: c.Addrs(), clust: c})
 }
 
-// open connects t's clock client and checks that Redis answers. On failure
-// it stops what t owns.
+// open connects t's clock client, which dials direct, and checks that Redis
+// answers. On failure it stops what t owns.
 func open(t *Target) (*Target, error) {
-	t.clock = t.client(&t.own)
+	t.clock = t.newClient(&t.own, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := t.clock.Ping(ctx).Err(); err != nil {
@@ -178,8 +184,19 @@ func (t *Target) up(ctx context.Context) error {
 	return fmt.Errorf("bench: outage: Redis back but no answer to PING: %w", err)
 }
 
-// String describes t, e.g. "redis-server 127.0.0.1:40113 (spawned)".
+// String describes t, e.g. "redis-server 127.0.0.1:40113 (spawned)", and
+// the latency added: ", via a proxy adding 1ms round trip (PING 1.1ms
+// through it, 40µs direct)".
 func (t *Target) String() string {
+	s := t.where()
+	if t.latency > 0 {
+		s += fmt.Sprintf(", via a proxy adding %v round trip (PING %s through it, %s direct)", t.latency, fmtDuration(t.pingVia), fmtDuration(t.pingDirect))
+	}
+	return s
+}
+
+// where describes the Redis t points at.
+func (t *Target) where() string {
 	switch t.kind {
 	case kindMiniredis:
 		return "miniredis " + t.addrs[0] + " (embedded)"
@@ -214,6 +231,9 @@ func (t *Target) Close() error {
 	if t.clust != nil {
 		err = errors.Join(err, t.clust.Stop())
 	}
+	if t.proxy != nil {
+		err = errors.Join(err, t.proxy.stop())
+	}
 	return err
 }
 
@@ -236,16 +256,23 @@ func (t *Target) prefix(mode string) string {
 	return fmt.Sprintf("bench-%x-%d-%s", time.Now().UnixNano(), t.runs.Add(1), mode)
 }
 
-// client returns a new client of t, the way the limiter wants it: nothing
-// sent twice (MaxRetries -1) and the callers' deadlines honoured. hook, if
-// not nil, sees every command.
+// client returns a new client of the fleet on t, through the proxy if t
+// has latency (see newClient).
 func (t *Target) client(hook redis.Hook) redis.UniversalClient {
+	return t.newClient(hook, t.via)
+}
+
+// newClient returns a new client of t, the way the limiter wants it:
+// nothing sent twice (MaxRetries -1) and the callers' deadlines honoured.
+// It dials each node through its proxy in via, if via is not nil. hook, if
+// not nil, sees every command.
+func (t *Target) newClient(hook redis.Hook, via map[string]string) redis.UniversalClient {
 	var rdb redis.UniversalClient
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	if t.kind == kindCluster {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                    t.addrs,
-			Dialer:                   redistest.LoopbackDialer(5 * time.Second),
+			Dialer:                   viaDialer(via),
 			MaxRetries:               -1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaint,
@@ -253,7 +280,7 @@ func (t *Target) client(hook redis.Hook) redis.UniversalClient {
 	} else {
 		rdb = redis.NewClient(&redis.Options{
 			Addr:                     t.addrs[0],
-			Dialer:                   redistest.LoopbackDialer(5 * time.Second),
+			Dialer:                   viaDialer(via),
 			MaxRetries:               -1,
 			ContextTimeoutEnabled:    true,
 			MaintNotificationsConfig: noMaint,

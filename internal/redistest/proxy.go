@@ -57,9 +57,10 @@ type pipe struct {
 	held   atomic.Bool   // black-holed: nothing is forwarded any more
 	done   chan struct{} // closed by close
 
-	mu     sync.Mutex // protects server and closed
-	server net.Conn   // nil until dialled, and for a black-holed connection
-	closed bool
+	mu       sync.Mutex // protects server, sleepers and closed
+	server   net.Conn   // nil until dialled, and for a black-holed connection
+	sleepers []sleeper  // the writers', closed with the connection
+	closed   bool
 }
 
 // cut is what CutOn set: the connections to close, before they forward it,
@@ -115,7 +116,9 @@ func (p *Proxy) Target() string { return p.target }
 
 // SetLatency delays every byte read from then on by toServer on its way from
 // a client to the target and by toClient on its way back. Bytes keep their
-// order; 0 forwards at once.
+// order; 0 forwards at once. A delay is never shorter than asked, and on
+// Linux longer by the wake-up of a timerfd, tens of microseconds (see
+// newSleeper); BenchmarkProxyLatency measures it.
 func (p *Proxy) SetLatency(toServer, toClient time.Duration) {
 	p.toServer.Store(int64(max(toServer, 0)))
 	p.toClient.Store(int64(max(toClient, 0)))
@@ -299,11 +302,13 @@ func (c *pipe) run() {
 		return
 	}
 	c.server = server
+	toServer, toClient := newSleeper(), newSleeper()
+	c.sleepers = []sleeper{toServer, toClient}
 	c.mu.Unlock()
 	up := make(chan chunk, proxyQueue)
 	down := make(chan chunk, proxyQueue)
-	c.p.wg.Go(func() { c.write(server, up) })
-	c.p.wg.Go(func() { c.write(c.client, down) })
+	c.p.wg.Go(func() { c.write(server, up, toServer) })
+	c.p.wg.Go(func() { c.write(c.client, down, toClient) })
 	c.p.wg.Go(func() { c.read(server, down, &c.p.toClient, false) })
 	c.read(c.client, up, &c.p.toServer, true)
 }
@@ -344,13 +349,10 @@ func (c *pipe) read(src net.Conn, out chan<- chunk, latency *atomic.Int64, clien
 	}
 }
 
-// write writes the chunks of in to dst when they are due, until the
-// connection closes. A held connection's chunks are dropped.
-func (c *pipe) write(dst net.Conn, in <-chan chunk) {
+// write writes the chunks of in to dst when they are due, waiting on s,
+// until the connection closes. A held connection's chunks are dropped.
+func (c *pipe) write(dst net.Conn, in <-chan chunk, s sleeper) {
 	defer c.close()
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	defer t.Stop()
 	for {
 		var ck chunk
 		select {
@@ -358,13 +360,8 @@ func (c *pipe) write(dst net.Conn, in <-chan chunk) {
 		case <-c.done:
 			return
 		}
-		if wait := time.Until(ck.due); wait > 0 {
-			t.Reset(wait)
-			select {
-			case <-t.C:
-			case <-c.done:
-				return
-			}
+		if !s.sleep(ck.due, c.done) {
+			return
 		}
 		if c.held.Load() {
 			continue
@@ -384,9 +381,12 @@ func (c *pipe) close() {
 		return
 	}
 	c.closed = true
-	server := c.server
+	server, sleepers := c.server, c.sleepers
 	c.mu.Unlock()
 	close(c.done)
+	for _, s := range sleepers {
+		s.close()
+	}
 	c.client.Close()
 	if server != nil {
 		server.Close()

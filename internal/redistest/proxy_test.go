@@ -36,7 +36,7 @@ type echo struct {
 }
 
 // newEcho starts an echo server, stopped at cleanup.
-func newEcho(t *testing.T) *echo {
+func newEcho(t testing.TB) *echo {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -37,6 +37,13 @@
 // the table goes to stdout, -json FILE writes every report as JSON, and
 // -plot FILE draws the admitted rate over time per mode as an SVG chart.
 //
+// -latency D (e.g. 1ms) adds D to every round trip between the fleet and
+// Redis, half each way: the fleet's clients dial a TCP proxy, run in a
+// process of its own, in front of each Redis node (every node of a
+// cluster, its MOVED and ASK redirections mapped to the proxies). The
+// bench's own reads of Redis go direct. The heading gives PING's round trip
+// through the proxy and direct.
+//
 // -outage DUR@AT (e.g. 2s@5s) takes the Redis away during each mode's run,
 // at AT after the first arrival, for DUR, and brings it back empty: the
 // spawned redis-server is killed and started again on the same port, the
@@ -111,6 +118,7 @@ func run() error {
 		sLC     = flag.String("sweep-lc", "256,4096,65536", "LocalCapacity `values` for -sweep, in tokens")
 		quiet   = flag.Bool("q", false, "no progress line")
 		outage  = flag.String("outage", "", "take the Redis away during each mode's run, `DUR@AT`: at AT after the first arrival, for DUR (e.g. 2s@5s), and bring it back empty; embedded miniredis or -spawn-redis only")
+		latency = flag.Duration("latency", 0, "round trip to add between the fleet and Redis, half each way, through a TCP proxy in a process of its own in front of every Redis node (0: none, direct)")
 	)
 	flag.IntVar(&sc.Instances, "instances", 8, "instances in the fleet, each with its own Redis client and limiter")
 	procs := flag.Int("procs", 0, "run the instances in this many separate processes (0: all in this one), coordinated through Redis only")
@@ -128,6 +136,8 @@ func run() error {
 	flag.Uint64Var(&sc.Seed, "seed", 1, "seed of the arrival times and keys")
 	flag.DurationVar(&sc.Config.SyncInterval, "sync-interval", 0, "hybrid Config.SyncInterval (0: the default, 100ms)")
 	flag.Int64Var(&sc.Config.LocalCapacity, "local-capacity", 0, "hybrid Config.LocalCapacity in tokens (0: the default, 4096)")
+	flag.DurationVar(&sc.Config.ColdWait, "cold-wait", 0, "hybrid Config.ColdWait (0: the default, the breaker's call timeout)")
+	flag.DurationVar(&sc.Config.Breaker.CallTimeout, "call-timeout", 0, "hybrid Config.Breaker.CallTimeout, the least deadline of a call to Redis (0: the default, 50ms)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: hybridbench [flags]\n\nSimulates a fleet sharing a rate limit and compares the limiting modes.\n\n")
 		flag.PrintDefaults()
@@ -175,11 +185,17 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *latency < 0 {
+		return fmt.Errorf("-latency %v is negative", *latency)
+	}
 	target, err := openTarget(*addr, *cluster, *spawn, *spawnC)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
+	if err := target.AddLatency(ctx, *latency); err != nil {
+		return fmt.Errorf("-latency: %w", err)
+	}
 
 	list := bench.Modes(target)
 	if *modes != "" {
@@ -248,6 +264,9 @@ func run() error {
 		if err := bench.WriteTable(os.Stdout, reports); err != nil {
 			return err
 		}
+	}
+	if err := bench.WriteHealth(os.Stdout, reports); err != nil {
+		return err
 	}
 	if *jsonOut != "" {
 		b, err := json.MarshalIndent(reports, "", "  ")

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/breaker"
+)
+
+// Health is what a run's hybrid Limiters counted of their calls to Redis,
+// summed over the instances (from hybrid.Stats): where their failed calls
+// failed, the requests that waited for Redis in vain, and the breakers'
+// transitions. Report.RedisErrors is the sum of the first six fields.
+type Health struct {
+	// RoundErrors counts settlement rounds whose round trip failed or was
+	// refused by the breaker; KeyErrors the key settlements that failed.
+	RoundErrors uint64 `json:"round_errors"`
+	KeyErrors   uint64 `json:"key_errors"`
+	// FetchErrors counts fetches that failed; FetchTimeouts the requests
+	// that stopped waiting for a fetch (Config.ColdWait, or their
+	// deadline).
+	FetchErrors   uint64 `json:"fetch_errors"`
+	FetchTimeouts uint64 `json:"fetch_timeouts"`
+	// HeartbeatErrors counts heartbeats that failed; ExactErrors the
+	// Exact script calls that failed (those fell back).
+	HeartbeatErrors uint64 `json:"heartbeat_errors"`
+	ExactErrors     uint64 `json:"exact_errors"`
+	// Unanswered counts the requests denied because Redis did not answer
+	// them within ColdWait while the breaker was closed (hybrid.Stats).
+	Unanswered uint64 `json:"unanswered"`
+	// Pressured counts calls that ran out of time while Redis answered
+	// others: not failures for the breakers.
+	Pressured uint64 `json:"pressured"`
+	// Uncertain counts settlements that got no reply, so may have been
+	// applied, and were sent again.
+	Uncertain uint64 `json:"uncertain"`
+	// Transitions counts the breakers' state changes, Opened those to
+	// open.
+	Transitions uint64 `json:"transitions"`
+	Opened      uint64 `json:"opened"`
+	// Rounds counts the settlement calls of rounds that Redis answered;
+	// RoundTripSum is their total duration and RoundTripMax the longest
+	// (Reconcile.RoundTrip).
+	Rounds       uint64        `json:"rounds"`
+	RoundTripSum time.Duration `json:"round_trip_sum_ns"`
+	RoundTripMax time.Duration `json:"round_trip_max_ns"`
+}
+
+// observe adds one Limiter's statistics to h.
+func (h *Health) observe(st hybrid.Stats) {
+	rc := st.Reconcile
+	h.RoundErrors += rc.RoundErrors
+	h.KeyErrors += rc.KeyErrors
+	h.FetchErrors += rc.FetchErrors
+	h.FetchTimeouts += rc.FetchTimeouts
+	h.HeartbeatErrors += rc.HeartbeatErrors
+	h.ExactErrors += st.ExactErrors
+	h.Unanswered += st.Unanswered
+	h.Pressured += rc.Pressured
+	h.Uncertain += rc.Uncertain
+	h.Transitions += rc.Transitions
+	for from := range rc.BreakerTransitions {
+		h.Opened += rc.BreakerTransitions[from][breaker.Open]
+	}
+	h.Rounds += rc.RoundTrip.Count
+	h.RoundTripSum += rc.RoundTrip.Sum
+	h.RoundTripMax = max(h.RoundTripMax, rc.RoundTrip.Max)
+}
+
+// add adds o to h.
+func (h *Health) add(o Health) {
+	h.RoundErrors += o.RoundErrors
+	h.KeyErrors += o.KeyErrors
+	h.FetchErrors += o.FetchErrors
+	h.FetchTimeouts += o.FetchTimeouts
+	h.HeartbeatErrors += o.HeartbeatErrors
+	h.ExactErrors += o.ExactErrors
+	h.Unanswered += o.Unanswered
+	h.Pressured += o.Pressured
+	h.Uncertain += o.Uncertain
+	h.Transitions += o.Transitions
+	h.Opened += o.Opened
+	h.Rounds += o.Rounds
+	h.RoundTripSum += o.RoundTripSum
+	h.RoundTripMax = max(h.RoundTripMax, o.RoundTripMax)
+}
+
+// errors returns the failed calls: Report.RedisErrors.
+func (h *Health) errors() uint64 {
+	return h.RoundErrors + h.KeyErrors + h.FetchErrors + h.FetchTimeouts + h.HeartbeatErrors + h.ExactErrors
+}
+
+// healthHeader names WriteHealth's columns.
+const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened"
+
+// WriteHealth writes, for the reports of hybrid modes (those with a
+// Health), one row each of what their Limiters counted of their calls to
+// Redis: the mean and longest round trip of their settlement rounds, the
+// failed calls by kind (round, key, fetch, fetch t/o for requests that
+// stopped waiting for a fetch, hb for heartbeats, exact), the requests
+// denied unanswered, the calls that ran out of time while Redis answered
+// others (pressured), the settlements in doubt (uncertain), and the
+// breakers' transitions, those to open apart. The table follows an empty
+// line, to come under another; WriteHealth writes nothing if no report has
+// a Health.
+func WriteHealth(w io.Writer, reports []Report) error {
+	some := false
+	for _, r := range reports {
+		some = some || r.Health != nil
+	}
+	if !some {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, healthHeader+"\t")
+	for _, r := range reports {
+		h := r.Health
+		if h == nil {
+			continue
+		}
+		mean, longest := "-", "-"
+		if h.Rounds > 0 {
+			mean, longest = fmtDuration(h.RoundTripSum/time.Duration(h.Rounds)), fmtDuration(h.RoundTripMax)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+			r.Mode, mean, longest, h.RoundErrors, h.KeyErrors, h.FetchErrors, h.FetchTimeouts,
+			h.Unanswered, h.HeartbeatErrors, h.ExactErrors, h.Pressured, h.Uncertain, h.Transitions, h.Opened)
+	}
+	return tw.Flush()
+}
