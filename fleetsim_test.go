@@ -330,6 +330,9 @@ func simRun(t *testing.T, sp simSpec, res *simResult) {
 		lims = append(lims, l)
 	}
 	bucket := simBucketKey(t, clients[0])
+	if now, err := clients[0].Time(context.Background()).Result(); err != nil || !now.Equal(time.Now().Truncate(time.Microsecond)) {
+		t.Fatalf("Redis TIME = %v, %v; want the bubble's clock, %v", now, err, time.Now())
+	}
 
 	// The warm-up: every instance counts the fleet.
 	born := time.Now()
