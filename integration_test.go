@@ -516,8 +516,11 @@ func TestIntegrationLeaseKeepsUp(t *testing.T) {
 	perDecision := float64(fetches) / float64(n-n0)
 	// The premise is keys asked for several times a round. On a machine so
 	// loaded that each key is asked for less than that, they are light keys,
-	// which rightly fetch on demand: the figure then says nothing.
-	if perRound := float64(n-n0) / keys / 10; perRound < 4 { // 10 rounds a second by default
+	// which rightly fetch on demand: the figure then says nothing. Under 8
+	// a round, the fetches a second (2,500 to 2,800, about a quarter of the
+	// keys a round) reach the bound below with no collapse at all: 0.058 at
+	// 45,100 decisions a second was measured on a loaded machine.
+	if perRound := float64(n-n0) / keys / 10; perRound < 8 { // 10 rounds a second by default
 
 		t.Skipf("each key was asked for %.1f times a round (%d decisions in a second over %d keys): too few to test lease sizing on this machine now", perRound, n-n0, keys)
 	}
@@ -526,9 +529,11 @@ func TestIntegrationLeaseKeepsUp(t *testing.T) {
 	// Leases sized to use fetch about once per 100 decisions here (0.01 on
 	// a quiet machine); collapsed leases fetch on nearly every decision.
 	// The bound leaves room for a loaded machine's slow rounds: the fetches
-	// a second stay about the same (4,000 to 5,600) while the decisions a
-	// second fall (0.010 at 560,000 a second, 0.026 to 0.029 at 140,000 to
-	// 180,000), well apart from a collapse either way.
+	// a second stay about the same (4,000 to 5,600; 2,500 to 2,800 since
+	// leases are not given back while they hold less than twice their
+	// size) while the decisions a second fall (0.010 at 560,000 a second,
+	// 0.026 to 0.029 at 140,000 to 180,000; 0.022 to 0.031 at 93,000 to
+	// 113,000), well apart from a collapse either way.
 	if perDecision > 0.05 {
 		t.Errorf("%.4f fetches per decision in the second second, want at most 0.05", perDecision)
 	}
