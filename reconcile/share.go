@@ -132,7 +132,11 @@ func (r *Reconciler) Due(e *Entry, sp *Spec, v local.View, need int64) int64 {
 		}
 		// Turns spread out: each is from 1/2 to 3/2 of the share's,
 		// drawn from the view's time, so that instances answered at one
-		// moment do not all come back at one moment.
+		// moment do not all come back at one moment. (Longer turns, 3/4
+		// to 7/4, cost the fleet fewer calls, but leave tokens in the
+		// bucket between them, which views taken at different moments
+		// count each: the fallback's shares then start from more than
+		// the bucket held.)
 		f := uint64(v.Seen) * 0x9E3779B97F4A7C15 >> 54 // [0, 1024)
 		due += extra * (n - 1) * int64(512+f) / 1024
 	}

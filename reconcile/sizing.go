@@ -14,7 +14,9 @@ import (
 // is used (more than three quarters of it are left, and the spends since
 // the last round, used micro-tokens at least, took less than a quarter: a
 // lease fetched since is not too large for being full) (the gap between
-// the two keeps a steady key from swinging);
+// the two keeps a steady key from swinging), but for a key others take
+// too, whose lease is two turns at most (LeaseCap) and lasts as long as
+// its turns take, many rounds;
 // within [one token, LeaseCap]. It returns it in micro-tokens.
 func (r *Reconciler) resize(e *Entry, sp *Spec, bal, used int64, starved bool) int64 {
 	t := r.target(e, sp)
@@ -23,7 +25,7 @@ func (r *Reconciler) resize(e *Entry, sp *Spec, bal, used int64, starved bool) i
 		if n := r.Takers(e); n > 1 {
 			t = max(t, r.turn(sp, n)) // a key the fleet shares: its turn at once
 		}
-	} else if bal > t/4*3 && used < t/4 {
+	} else if bal > t/4*3 && used < t/4 && r.Takers(e) == 1 {
 		t /= 2
 	}
 	t = min(max(t-t%local.Micro, local.Micro), r.LeaseCap(e, sp)) // whole tokens

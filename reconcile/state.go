@@ -108,6 +108,7 @@ const (
 	flagDoubt                        // and the last reply said otherwise, once
 	flagAwaiting                     // a fetch of the key waits for a round charging it (see awaitCharge)
 	flagPrepaid                      // the key's side may hold a prepaid grant (see sides)
+	flagUntouched                    // a round found the key untouched and kept its lease (see settlement)
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
