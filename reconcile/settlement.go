@@ -35,7 +35,7 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s
 	case sp.Mode == Optimistic && touched:
 		return s, true // charge, and learn the bucket for the next budget
 	case sp.Mode != Lease:
-	case !touched && r.Takers(e) > 1 && e.X.flags.Or(flagUntouched)&flagUntouched == 0 && e.Allowance.Load() <= r.LeaseCap(e, sp):
+	case !touched && r.Takers(e) > 1 && e.X.markUntouched() && e.Allowance.Load() <= r.LeaseCap(e, sp):
 		// A key the fleet shares, untouched for a round: its lease, a
 		// turn or two, is kept for one more. An instance that asks for
 		// such a key a few times a second would give it back and fetch
@@ -44,16 +44,14 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s
 		// Nobody asked for the key since the last round (two, for a
 		// shared key): its lease goes back, and its stripes with it, if
 		// its spends had split it.
-		e.X.flags.And(^flagUntouched)
+		e.X.clearUntouched()
 		e.Allowance.Unstripe()
 		if s.Returned = e.Allowance.TakeAll(); s.Returned > 0 {
 			e.X.setIdle()
 		}
 		e.X.clearStarved()
 	default:
-		if e.X.flags.Load()&flagUntouched != 0 {
-			e.X.flags.And(^flagUntouched)
-		}
+		e.X.clearUntouched()
 		bal := e.Allowance.Load()
 		starved := e.X.clearStarved()
 		tgt := r.resize(e, sp, bal, used, starved)

@@ -189,6 +189,19 @@ func (s *State) roundCharging() bool {
 // releaseCharge ends a claim of claimCharge.
 func (s *State) releaseCharge() { s.flags.And(^flagCharging) }
 
+// markUntouched records that a round found the key untouched and reports
+// whether this is the first such round since it was touched (see
+// settlement).
+func (s *State) markUntouched() bool { return s.flags.Or(flagUntouched)&flagUntouched == 0 }
+
+// clearUntouched clears the untouched flag; no write when it is clear, so
+// that a hot key's rounds do not contend on it.
+func (s *State) clearUntouched() {
+	if s.flags.Load()&flagUntouched != 0 {
+		s.flags.And(^flagUntouched)
+	}
+}
+
 // setIdle records that a round took the key's whole lease back because the
 // key was not touched since the last round.
 func (s *State) setIdle() { s.flags.Or(flagIdle) }
