@@ -127,8 +127,34 @@ func (s *State) UnlockSpec() { s.flags.And(^flagSetting) }
 // Spec returns the key's spec, nil before SetSpec.
 func (s *State) Spec() *Spec { return s.spec.Load() }
 
-// SetSpec sets the key's spec; a changed limit takes effect at once.
-func (s *State) SetSpec(sp *Spec) { s.spec.Store(sp) }
+// SetSpec sets the key's spec; a changed limit takes effect at once. A
+// change of mode first resets the upper half of the flags, which means one
+// thing to a lease key and another to an optimistic one (see takers and
+// markForeign), so that the new mode never reads the old one's: a lease
+// key's count of takers starts over (the live count until a reply counts
+// them), and an optimistic key counts the key's latest reply as one that
+// found another instance's write, so that it takes itself for alone on the
+// key only after a quiet spell of its own (see observe).
+func (s *State) SetSpec(sp *Spec) {
+	if old := s.spec.Load(); old != nil && sp != nil && old.Mode != sp.Mode {
+		s.resetShared(sp.Mode)
+	}
+	s.spec.Store(sp)
+}
+
+// resetShared resets the upper half of the flags for a key of mode m.
+func (s *State) resetShared(m Mode) {
+	if last := s.lastNow.Load(); m == Optimistic && last > 0 {
+		s.markForeign(last)
+		return
+	}
+	for {
+		old := s.flags.Load()
+		if old>>foreignShift == 0 || s.flags.CompareAndSwap(old, old&(1<<foreignShift-1)) {
+			return
+		}
+	}
+}
 
 // starve records that a spend failed, and reports whether this is the
 // first since the last round.
