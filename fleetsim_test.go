@@ -1,10 +1,12 @@
 package hybrid_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -58,7 +60,11 @@ import (
 //   - HYBRID_FLEET_SIM_DURATION: T, 5s if unset;
 //   - HYBRID_FLEET_SIM_MODES: lease,optimistic if unset (exact too);
 //   - HYBRID_FLEET_SIM_RTT: a list of simulated network round trips per
-//     Redis call (0,200us,1ms,5ms), 0 if unset.
+//     Redis call (0,200us,1ms,5ms), 0 if unset;
+//   - HYBRID_FLEET_SIM_COUNT: a list of fleet counts every instance is
+//     given (Config.Instances) whatever the fleet's size, 0 for the count
+//     the heartbeats make (the default): a count that lags or that the
+//     fleet outgrew, for what a wrong count costs (docs/tuning.md).
 //
 // Columns: live, the fleet count the instances held at the start (the
 // least and the most, one number if all agree); key calls/s, the settle
@@ -97,15 +103,23 @@ func TestFleetSim(t *testing.T) {
 			t.Fatalf("HYBRID_FLEET_SIM_RTT: %v", err)
 		}
 	}
+	counts := []int{0}
+	if s := os.Getenv("HYBRID_FLEET_SIM_COUNT"); s != "" {
+		if counts, err = parseList(s, strconv.Atoi); err != nil || slices.Min(counts) < 0 {
+			t.Fatalf("HYBRID_FLEET_SIM_COUNT %q: want a list of counts, 0 or more (%v)", s, err)
+		}
+	}
 	var rows []simResult
 	for _, rtt := range rtts {
-		for _, n := range sizes {
-			for _, mode := range modes {
-				sp := simSpec{n: n, mode: mode, rate: simRate, burst: simBurst, d: d, rtt: rtt}
-				res := simulate(t, sp)
-				t.Logf("%v: %s", sp, res.summary())
-				res.check(t)
-				rows = append(rows, res)
+		for _, count := range counts {
+			for _, n := range sizes {
+				for _, mode := range modes {
+					sp := simSpec{n: n, mode: mode, rate: simRate, burst: simBurst, d: d, rtt: rtt, count: count}
+					res := simulate(t, sp)
+					t.Logf("%v: %s", sp, res.summary())
+					res.check(t)
+					rows = append(rows, res)
+				}
 			}
 		}
 	}
@@ -149,7 +163,9 @@ const simWarmup = 2 * time.Second
 
 // simSpec is one row of the simulation: N instances asking for one key
 // limited to rate and burst, in mode, at twice its rate, for a simulated d,
-// each Redis call taking rtt of fake time.
+// each Redis call taking rtt of fake time; count, if not 0, is the fleet
+// count every instance is given (Config.Instances) instead of the one its
+// heartbeats make.
 type simSpec struct {
 	n     int
 	mode  hybrid.Mode
@@ -157,12 +173,16 @@ type simSpec struct {
 	burst int64
 	d     time.Duration
 	rtt   time.Duration
+	count int
 }
 
 func (sp simSpec) String() string {
 	s := fmt.Sprintf("N=%d %v R=%v B=%d T=%v", sp.n, sp.mode, sp.rate, sp.burst, sp.d)
 	if sp.rtt > 0 {
 		s += fmt.Sprintf(" rtt=%v", sp.rtt)
+	}
+	if sp.count > 0 {
+		s += fmt.Sprintf(" count=%d", sp.count)
 	}
 	return s
 }
@@ -233,10 +253,14 @@ func (r simResult) summary() string {
 // whatever its costs: every instance counted the whole fleet, at the start
 // and at the end; no decision failed; nothing fell back, timed out or failed
 // in Redis; and the fleet admitted at most B + R*T, plus Limiter.Overshoot
-// (0 but in optimistic mode).
+// (0 but in optimistic mode). Given a count, the instances hold it instead
+// of the fleet's.
 func (r simResult) check(t *testing.T) {
 	t.Helper()
 	n := int64(r.n)
+	if r.count > 0 {
+		n = int64(r.count)
+	}
 	if r.live != [2]int64{n, n} || r.liveEnd != [2]int64{n, n} {
 		t.Errorf("%v: live count %s at the start, %s at the end, want %d", r.simSpec, r.liveString(r.live), r.liveString(r.liveEnd), n)
 	}
@@ -323,6 +347,7 @@ func simRun(t *testing.T, sp simSpec, res *simResult) {
 		l, err := hybrid.New(rdb, hybrid.Config{
 			InstanceID: "sim-" + strconv.Itoa(i),
 			FirstRound: 1 + time.Duration(phase.Int64N(int64(reconcile.DefaultSyncInterval))),
+			Instances:  sp.count,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -339,7 +364,7 @@ func simRun(t *testing.T, sp simSpec, res *simResult) {
 	for time.Since(born) < simWarmup {
 		time.Sleep(100 * time.Millisecond)
 		heap.sample()
-		if res.counted == 0 && allLive(lims, sp.n) {
+		if res.counted == 0 && allLive(lims, sp.n, cmp.Or(sp.count, sp.n)) {
 			res.counted = time.Since(born)
 		}
 	}
@@ -407,6 +432,12 @@ func simRun(t *testing.T, sp simSpec, res *simResult) {
 	res.commands = after.commands - before.commands
 	res.liveEnd = liveRange(lims)
 	res.bound = lims[0].Overshoot(lim)
+	if sp.count > 0 && sp.count < sp.n {
+		// A count below the fleet's size: each instance holds the share of
+		// a smaller fleet, and the bound is that of N such shares, as one
+		// instance that counts N but holds that share would tell it.
+		res.bound = simBound(t, m, lim, sp)
+	}
 	for _, l := range lims {
 		st := l.Stats()
 		rc := st.Reconcile
@@ -420,6 +451,24 @@ func simRun(t *testing.T, sp simSpec, res *simResult) {
 		res.fetched += st.Fetched
 	}
 	res.peakHeap = heap.peak
+}
+
+// simBound returns optimistic's overshoot bound for sp.n instances that
+// each hold the budget cap of a fleet of sp.count (Limiter.Overshoot is
+// n times the cap, plus at most B and an interval's refill): a Limiter
+// that counts sp.count tells the cap, scaled to sp.n.
+func simBound(t *testing.T, m *miniredis.Miniredis, lim hybrid.Limit, sp simSpec) int64 {
+	rdb := simClient(m, new(simCounts), 0)
+	defer rdb.Close()
+	l, err := hybrid.New(rdb, hybrid.Config{InstanceID: "sim-bound", Instances: sp.count})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	most := float64(lim.Burst) + lim.Rate*reconcile.DefaultSyncInterval.Seconds()
+	capped := float64(l.Overshoot(lim)) - min(float64(l.Overshoot(lim))/2, most) // the count's n times the cap
+	u := capped * float64(sp.n) / float64(sp.count)
+	return int64(math.Ceil(u + min(u, most)))
 }
 
 // simClient returns an instance's client of m, served over a pipe made in
@@ -458,21 +507,23 @@ func simBucketKey(t *testing.T, rdb redis.UniversalClient) string {
 }
 
 // allLive reports whether every Limiter of lims counts n live instances,
-// and shares limits out as a fleet of n.
-func allLive(lims []*hybrid.Limiter, n int) bool {
+// and shares limits out as a fleet of used.
+func allLive(lims []*hybrid.Limiter, n, used int) bool {
 	for _, l := range lims {
-		if rc := l.Stats().Reconcile; rc.Live != int64(n) || rc.Instances != int64(n) {
+		if rc := l.Stats().Reconcile; rc.Live != int64(n) || rc.Instances != int64(used) {
 			return false
 		}
 	}
 	return true
 }
 
-// liveRange returns the least and the most live count of lims.
+// liveRange returns the least and the most fleet count that lims share
+// limits out by (Stats.Reconcile.Instances: the live count, or
+// Config.Instances).
 func liveRange(lims []*hybrid.Limiter) [2]int64 {
 	lo, hi := int64(-1), int64(0)
 	for _, l := range lims {
-		v := l.Stats().Reconcile.Live
+		v := l.Stats().Reconcile.Instances
 		if lo < 0 || v < lo {
 			lo = v
 		}
