@@ -136,7 +136,10 @@ func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit
 			return s
 		}
 	case l.fb.kind == localShare:
-		held := min(max(v.Tokens, 0)/l.r.Instances(), share.Burst)
+		// A bucket in debt (turns taken ahead, an earlier outage's
+		// charges) repays it first: its share of the refill pays its
+		// share of the debt.
+		held := min(v.Tokens/l.r.Instances(), share.Burst)
 		refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
 		s = held + min(refill, share.Burst-held)
 	default:
