@@ -401,6 +401,9 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		return l.optimistic(ctx, e, sp, lim, cost)
 	}
 	now := l.clock.Now()
+	if res, ok := l.reserved(e, sp, lim, cost, now); ok {
+		return res, true, nil
+	}
 	fresh, res, denied := l.heldBack(e, sp, lim, cost, now)
 	if denied {
 		return res, true, nil
@@ -421,6 +424,9 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 		}
 		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
 			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+		}
+		if res, ok := l.reserved(e, sp, lim, cost, l.clock.Now()); ok {
+			return res, true, nil // its turn, taken ahead, is not due yet
 		}
 		if e.Retired() {
 			return Result{}, false, nil
@@ -460,6 +466,24 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	return l.denied(sp, lim, untilHolds(sp, v, cost-held, l.clock.Now()), v, held, SourceRedis), true, nil
 }
 
+// reserved decides a lease request of cost micro-tokens for e, which holds
+// too little allowance for it, from the turn e's key took ahead, if it has
+// one (see reconcile.Reconciler.Ahead): ok is true when it decided, and res
+// is the decision. A turn not yet due denies the request until it is.
+func (l *Limiter) reserved(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, now time.Duration) (res Result, ok bool) {
+	wait, has := l.r.Reserved(e, now)
+	if !has {
+		return Result{}, false
+	}
+	if wait == 0 {
+		if left, ok := e.Allowance.SpendUncounted(cost); ok {
+			return l.allowed(e, sp, lim, left, SourceRedis), true
+		}
+		return Result{}, false // spent by others already: fetch
+	}
+	return l.deniedHere(sp, lim, wait, e.View(), e.Allowance.Load(), now), true
+}
+
 // heldBack decides a lease request of cost micro-tokens for e, which holds
 // too little allowance for it, from e's view of the global bucket, when the
 // view is fresh (see reconcile.Reconciler.Fresh): denied is true when the
@@ -475,6 +499,10 @@ func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 	// more: this instance's turn; see reconcile.Reconciler.Due): deny here,
 	// until then.
 	held := e.Allowance.Load()
+	if l.r.Ahead(e, sp) {
+		// Its turn is taken ahead, and spent when it is due: a fetch now.
+		return true, Result{}, false
+	}
 	if wait := untilHolds(sp, v, l.r.Due(e, sp, v, cost-held), now) - l.r.Lead(); wait > viewSlack {
 		l.r.Starved(e, false)
 		return true, l.deniedHere(sp, lim, wait, v, held, now), true
@@ -542,7 +570,7 @@ func (l *Limiter) setSpec(e *reconcile.Entry, sp *reconcile.Spec) {
 		return // set by a caller we raced with
 	}
 	if old != nil && (old.Limit != sp.Limit || old.Mode != sp.Mode) {
-		if back := e.Allowance.TakeAll(); back > 0 && old.Mode == Lease {
+		if back := e.Allowance.TakeAll() + l.r.TakeReserved(e); back > 0 && old.Mode == Lease {
 			l.r.Return(e.Key(), old, back)
 		}
 	}

@@ -38,6 +38,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 	s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
 	o := owner{e: e, sp: sp}
 	first := e.View().Seen == 0
+	ahead := false // a lease turn taken ahead (see Ahead)
 	r.mu.Lock()
 	d, resend := r.fetchDoubts[s.Key]
 	delete(r.fetchDoubts, s.Key)
@@ -72,8 +73,19 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// came while the last fetch was on its way, and this one serves
 			// them all (whole tokens, within the most a lease holds).
 			need := r.sides.demand(e) / local.Micro * local.Micro
-			s.Want = max(min(max(tgt, need), r.LeaseCap(e, sp)), cost) - bal
-			s.MinGrant = cost - bal
+			if r.Ahead(e, sp) {
+				// A key the fleet contends for: its turn is taken ahead
+				// (see Ahead), whole tokens, the request's cost at least;
+				// not what all the requests waiting need, whose turn it
+				// would make longer than the others', queued as long.
+				// Not numbered: a lost reply loses the turn (towards
+				// denying).
+				s.Consumed = (max(r.aheadTurn(sp), cost-bal) + local.Micro - 1) / local.Micro * local.Micro
+				ahead = true
+			} else {
+				s.Want = max(min(max(tgt, need), r.LeaseCap(e, sp)), cost) - bal
+				s.MinGrant = cost - bal
+			}
 			// A lease beyond the request is what a lost reply would lose:
 			// such a fetch is numbered, under a name of the fetches' own
 			// (one key's fetches never overlap, but they may overtake its
@@ -87,10 +99,10 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			// call for the key once Redis is back: its claim (see charge)
 			// counts only while nothing else wrote the bucket since the
 			// outage began.
-			if e.Pending.Load() > 0 {
+			if e.Pending.Load() > 0 && !ahead {
 				r.charge(e, &s)
 			}
-			if s.Want > s.MinGrant || s.Consumed > 0 {
+			if !ahead && (s.Want > s.MinGrant || s.Consumed > 0) {
 				s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 			}
 		}
@@ -145,6 +157,9 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 				o.since = r.clock.Now()
 			}
 			r.fetchDoubt(doubt{s, o})
+		case ahead:
+			// A turn taken ahead spent nothing: if Redis charged it, the
+			// turn is lost (towards denying).
 		case s.Consumed > 0 || s.Returned > 0: // surely not applied: settled later
 			r.putBack(s.Key, o, s.Consumed, s.Returned)
 			r.unclaim(&s, o)
@@ -162,7 +177,11 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 			r.awaitCount()
 		}
 	}
-	r.apply(&s, o, &rep, r.clock.Now())
+	now := r.clock.Now()
+	r.apply(&s, o, &rep, now)
+	if ahead {
+		r.tookAhead(e, sp, s.Consumed-rep.Forgiven, rep.Tokens, now)
+	}
 	return nil
 }
 

@@ -10,10 +10,13 @@ import (
 // Redis and goes back; an optimistic budget was not and is dropped.
 func (r *Reconciler) handOff(e *Entry, unused, pending int64) {
 	sp := e.X.Spec()
+	pp, ahead := r.sides.retire(e)
 	if sp == nil || sp.Mode != Lease {
 		unused = 0
+	} else {
+		unused += ahead // taken ahead, due or not: it goes back
 	}
-	if pp := r.sides.retirePrepaid(e); pp > 0 { // as charge does
+	if pp > 0 { // as charge does
 		d := min(pp, pending)
 		pending, unused = pending-d, unused+pp-d
 	}

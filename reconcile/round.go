@@ -131,7 +131,7 @@ func (r *Reconciler) round(ctx context.Context) {
 		if claim {
 			e.X.releaseCharge()
 		}
-		if sp.Mode == Lease && e.Allowance.Load() > 0 {
+		if sp.Mode == Lease && (e.Allowance.Load() > 0 || e.X.flags.Load()&flagReserved != 0) {
 			r.hold(e) // nothing to settle now; give the lease back once idle
 		}
 	}
@@ -163,8 +163,8 @@ func (r *Reconciler) topUp(ctx context.Context) {
 			continue
 		}
 		bal := e.Allowance.Load()
-		if !r.ready(e, sp, bal, r.clock.Now()) {
-			continue // not its turn yet: its requests fetch when it is
+		if r.Ahead(e, sp) || !r.ready(e, sp, bal, r.clock.Now()) {
+			continue // not its turn yet, or taken ahead: its requests fetch when it is
 		}
 		tgt := r.resize(e, sp, bal, 0, e.X.clearStarved())
 		if bal < tgt {

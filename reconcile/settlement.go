@@ -35,6 +35,13 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s
 	case sp.Mode == Optimistic && touched:
 		return s, true // charge, and learn the bucket for the next budget
 	case sp.Mode != Lease:
+	case !touched && r.Ahead(e, sp) && e.View().Age(r.clock.Now()) < r.Fresh(e, sp) && e.Allowance.Load() <= max(r.LeaseCap(e, sp), r.aheadTurn(sp)):
+		// A key the fleet contends for, untouched since the last round:
+		// its lease, a turn taken ahead (see Ahead), is kept while its
+		// view is fresh. In a large fleet an instance's turns come a
+		// second or so apart, its requests a round or two apart: a lease
+		// given back would be fetched again, a call more, and queued
+		// behind the whole fleet's turns.
 	case !touched && r.Takers(e) > 1 && e.X.markUntouched() && e.Allowance.Load() <= r.LeaseCap(e, sp):
 		// A key the fleet shares, untouched for a round: its lease, a
 		// turn or two, is kept for one more. An instance that asks for
@@ -46,7 +53,7 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s
 		// its spends had split it.
 		e.X.clearUntouched()
 		e.Allowance.Unstripe()
-		if s.Returned = e.Allowance.TakeAll(); s.Returned > 0 {
+		if s.Returned = e.Allowance.TakeAll() + r.sides.takeReserved(e); s.Returned > 0 {
 			e.X.setIdle()
 		}
 		e.X.clearStarved()
@@ -61,7 +68,7 @@ func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s
 			// a little larger than its target is spent instead, so that a
 			// target that moves (see LeaseCap) costs no round trips.
 			s.Returned = e.Allowance.TakeUpTo(bal - tgt)
-		case starved && r.ready(e, sp, bal, r.clock.Now()):
+		case starved && !r.Ahead(e, sp) && r.ready(e, sp, bal, r.clock.Now()):
 			// Demand outran the lease: top it up, when it is the
 			// instance's turn (see Due). A key that was not starved is
 			// fetched on demand instead, so that light keys hold no lease

@@ -58,19 +58,24 @@ func (r *Reconciler) Takers(e *Entry) int64 {
 }
 
 // countTakers learns from the reply rep to the lease settlement s, which
-// asked for tokens, how many instances take the key: the tokens the others
+// asked for tokens or took a turn ahead, how many instances take the key:
+// the tokens the others
 // took since this instance's previous reply (others, micro-tokens), and
 // what this one took, over what this one took. A call granted nothing
 // counts twice as many as before. The count moves a quarter of the way to
 // each new reading, so that one reply whose calls crossed does not swing
 // it.
 func (r *Reconciler) countTakers(e *Entry, s *global.Settlement, rep *global.Reply, others int64) {
+	g := rep.Granted
 	if s.Want == 0 {
-		return // took nothing, asked nothing: says nothing of its share
+		if s.Seq != 0 || s.Consumed == 0 {
+			return // took nothing, asked nothing: says nothing of its share
+		}
+		g = s.Consumed - rep.Forgiven // a turn taken ahead: unnumbered, charged, granted nothing (see Ahead)
 	}
 	old := e.X.takers()
 	var n int64
-	if g := rep.Granted; g > 0 {
+	if g > 0 {
 		n = (max(others, 0) + g + g/2) / g
 	} else {
 		n = 2 * max(old, 1)

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -26,9 +27,13 @@ type sideShard struct {
 	_  [48]byte // keep shards on separate cache lines
 }
 
-// side is an entry's demand and prepaid grant, in micro-tokens.
+// side is an entry's demand and prepaid grant, in micro-tokens, and a lease
+// key's turn taken ahead: reserved micro-tokens, spendable from due (local
+// monotonic time) on.
 type side struct {
 	demand, prepaid int64
+	reserved        int64
+	due             time.Duration
 }
 
 // shard returns the shard of e's side.
@@ -52,7 +57,7 @@ func (sh *sideShard) get(e *Entry, create bool) *side {
 
 // drop forgets e's side if it holds nothing; sh.mu is held.
 func (sh *sideShard) drop(e *Entry, sd *side) {
-	if sd.demand == 0 && sd.prepaid == 0 {
+	if sd.demand == 0 && sd.prepaid == 0 && sd.reserved == 0 {
 		delete(sh.m, e)
 	}
 }
@@ -118,14 +123,6 @@ func (s *sides) takePrepaid(e *Entry) int64 {
 	if e.X.flags.Load()&flagPrepaid == 0 {
 		return 0
 	}
-	return s.retirePrepaid(e)
-}
-
-// retirePrepaid is takePrepaid for an entry that has left the store: it
-// takes the lock whatever the flag says, so that a grant added before e
-// left (addPrepaid checks under the lock) is taken, and one added after is
-// refused: nothing stays behind.
-func (s *sides) retirePrepaid(e *Entry) int64 {
 	sh := s.shard(e)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -138,4 +135,88 @@ func (s *sides) retirePrepaid(e *Entry) int64 {
 	sd.prepaid = 0
 	sh.drop(e, sd)
 	return pp
+}
+
+// retire empties the side of e, an entry that has left the store, and
+// returns its prepaid grant and its turn taken ahead. It takes the lock
+// whatever the flags say, so that what was added before e left (addPrepaid
+// and addReserved check under the lock) is taken, and what comes after is
+// refused: nothing stays behind.
+func (s *sides) retire(e *Entry) (prepaid, reserved int64) {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e.X.flags.And(^(flagPrepaid | flagReserved))
+	sd := sh.get(e, false)
+	if sd == nil {
+		return 0, 0
+	}
+	prepaid, reserved = sd.prepaid, sd.reserved
+	sd.prepaid, sd.reserved, sd.due = 0, 0, 0
+	sh.drop(e, sd)
+	return prepaid, reserved
+}
+
+// addReserved records n > 0 micro-tokens of e's lease key taken ahead,
+// spendable from due on, and reports whether it did: not once e has left
+// the store (what it reserved was handed off already, see takeReserved).
+func (s *sides) addReserved(e *Entry, n int64, due time.Duration) bool {
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e.Retired() {
+		return false
+	}
+	sd := sh.get(e, true)
+	sd.reserved += n
+	sd.due = max(sd.due, due)
+	e.X.flags.Or(flagReserved)
+	return true
+}
+
+// claimReserved moves e's turn taken ahead into its allowance once it is
+// due at now. It returns how long until it is due (0 once moved, or if
+// there is none) and whether there was one.
+func (s *sides) claimReserved(e *Entry, now time.Duration) (wait time.Duration, ok bool) {
+	if e.X.flags.Load()&flagReserved == 0 {
+		return 0, false
+	}
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sd := sh.get(e, false)
+	if sd == nil || sd.reserved == 0 {
+		e.X.flags.And(^flagReserved)
+		return 0, false
+	}
+	if now < sd.due {
+		return sd.due - now, true
+	}
+	if !e.Allowance.Add(sd.reserved) {
+		return 0, false // left meanwhile: handOff gives it back (see retire)
+	}
+	sd.reserved, sd.due = 0, 0
+	e.X.flags.And(^flagReserved)
+	sh.drop(e, sd)
+	return 0, true
+}
+
+// takeReserved returns e's turn taken ahead, due or not, and empties it:
+// for a lease given back.
+func (s *sides) takeReserved(e *Entry) int64 {
+	if e.X.flags.Load()&flagReserved == 0 {
+		return 0
+	}
+	sh := s.shard(e)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e.X.flags.And(^flagReserved)
+	sd := sh.get(e, false)
+	if sd == nil {
+		return 0
+	}
+	n := sd.reserved
+	sd.reserved, sd.due = 0, 0
+	sh.drop(e, sd)
+	return n
 }

@@ -109,6 +109,7 @@ const (
 	flagAwaiting                     // a fetch of the key waits for a round charging it (see awaitCharge)
 	flagPrepaid                      // the key's side may hold a prepaid grant (see sides)
 	flagUntouched                    // a round found the key untouched and kept its lease (see settlement)
+	flagReserved                     // the key's side may hold a turn taken ahead (see Reserve)
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
