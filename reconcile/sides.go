@@ -9,10 +9,11 @@ import (
 // sides holds what only a few entries need at a time, out of State, which
 // every tracked key carries (a long tail tracks hundreds of thousands):
 // what the requests waiting for a lease fetch of a key need (its demand),
-// and the tokens Redis granted an optimistic key's budget out of the bucket
-// (its prepaid grant). A key has a side while either is not zero; the
-// State flag flagPrepaid tells a round, which charges every optimistic key
-// it settles, whether to look.
+// the tokens Redis granted an optimistic key's budget out of the bucket
+// (its prepaid grant), and a lease key's turn taken ahead (see Ahead). A
+// key has a side while one of them is not zero; the State flags
+// flagPrepaid and flagReserved tell a round, which charges every
+// optimistic key it settles, and a lease request, whether to look.
 type sides struct {
 	shards [sideShards]sideShard
 }
