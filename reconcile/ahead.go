@@ -41,7 +41,7 @@ import (
 // its takers (see Due), rather than in turns of a token or two.
 func (r *Reconciler) Ahead(e *Entry, sp *Spec) bool {
 	n := r.Takers(e)
-	if n == 1 || e.Pending.Load() > 0 {
+	if n == 1 || e.Pending.Load() > 0 || !r.crowded(sp) {
 		return false
 	}
 	g := r.aheadTurn(sp)
@@ -52,6 +52,17 @@ func (r *Reconciler) Ahead(e *Entry, sp *Spec) bool {
 	return v.Seen != 0 && v.Tokens < r.live.Load()*g
 }
 
+// crowded reports whether the fleet is so large, for a key of sp, that
+// the turns it takes ahead are its share of the burst (see aheadTurn), not
+// the refill of 2·turnTime: where the key's turns are that refill, the
+// fleet makes about one call per turnTime for it already, its size
+// whatever (see Due), and where they are whole tokens of a slow key (a
+// token is more than that refill), a queue of the fleet's turns would hold
+// each instance's for as many seconds as the fleet has instances.
+func (r *Reconciler) crowded(sp *Spec) bool {
+	return sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load() < r.Refill(sp, 2*turnTime)
+}
+
 // aheadGuard bounds how much smaller than its takers' turns a key's turns
 // taken ahead may be (see Ahead). A count of takers is noisy in a large
 // fleet, whose instances reply seldom: 4,096 instances sharing a key count
@@ -60,9 +71,10 @@ func (r *Reconciler) Ahead(e *Entry, sp *Spec) bool {
 const aheadGuard = 16
 
 // aheadTurn returns the turn a lease key of sp takes ahead, in
-// micro-tokens (whole tokens, one at least): as turn's, the refill of
-// turnTime, or for a fleet so large that its turns would then hold more
-// than aheadShare of the burst, the instance's share of that much of it.
+// micro-tokens (whole tokens, one at least): the refill of 2·turnTime (the
+// most a lease of a shared key holds, LeaseCap), or for a fleet so large
+// that its turns would then hold more than aheadShare of the burst (see
+// crowded), the instance's share of that much of it.
 // The fleet's live count sizes it, not the key's takers: turns of one size
 // wait in the bucket's queue for as long as each other, while an instance
 // that took larger ones would take more than its share, count fewer takers
@@ -74,7 +86,7 @@ const aheadGuard = 16
 // does not admit in it: about N·S/4 at twice the key's rate, a fifth of
 // the burst (docs/tuning.md, "Fleet size").
 func (r *Reconciler) aheadTurn(sp *Spec) int64 {
-	g := min(r.Refill(sp, turnTime), sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load())
+	g := min(r.Refill(sp, 2*turnTime), sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load())
 	return max((g+local.Micro-1)/local.Micro*local.Micro, local.Micro)
 }
 

@@ -9,8 +9,10 @@ import (
 	"github.com/hybridlimit/hybrid/reconcile"
 )
 
-// TestAhead: a lease key that others take too, whose bucket its last reply
-// found short of a turn for each instance, takes its next turn ahead: one
+// TestAhead: a lease key that others take too, in a fleet large enough
+// for its burst that its turns are shares of the burst, whose bucket its
+// last reply found short of a turn for each instance, takes its next turn
+// ahead: one
 // unnumbered charge of a whole turn that sinks the bucket into debt and
 // grants nothing, spendable here once the refill has paid the debt and not
 // before. A turn not yet due goes back when the key leaves.
@@ -18,9 +20,10 @@ func TestAhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
 		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
-		// 1000/s burst 100: a turn is 2 ms of refill, 2 tokens (four fifths
-		// of a share of the burst, 20, is more); ahead below 4 turns.
-		sp := spec(t, 1000, 100, reconcile.Lease)
+		// 100,000/s burst 1,000: a turn is four fifths of a share of the
+		// burst, 200 tokens (4 ms of refill, 400, is more); ahead below 4
+		// turns, 800 tokens.
+		sp := spec(t, 100000, 1000, reconcile.Lease)
 		e := entry(r, "k", sp)
 		fetch := func(others int64) {
 			t.Helper()
@@ -44,7 +47,7 @@ func TestAhead(t *testing.T) {
 		if r.Ahead(e, sp) {
 			t.Fatalf("Ahead with a bucket of %d tokens, want not (it holds a turn for each of 4)", e.View().Tokens/M)
 		}
-		st.set(func(s *store) { s.tokens["k"] = 7 * M }) // less than 4 turns
+		st.set(func(s *store) { s.tokens["k"] = 700 * M }) // less than 4 turns
 		fetch(0)
 		if !r.Ahead(e, sp) {
 			t.Fatalf("not Ahead with a bucket of %d tokens, want ahead (less than a turn for each of 4)", e.View().Tokens/M)
@@ -54,8 +57,8 @@ func TestAhead(t *testing.T) {
 		st.set(func(s *store) { s.tokens["k"] = M })
 		seqs := len(st.seqs["k"])
 		fetch(0)
-		if got, _ := st.get("k"); got != -M {
-			t.Fatalf("bucket %d micro-tokens after the turn, want -1 token (2 charged of 1)", got)
+		if got, _ := st.get("k"); got != -199*M {
+			t.Fatalf("bucket %d micro-tokens after the turn, want -199 tokens (200 charged of 1)", got)
 		}
 		if n := len(st.seqs["k"]) - seqs; n != 0 {
 			t.Errorf("the turn was sent with %d seqs, want none", n)
@@ -64,8 +67,8 @@ func TestAhead(t *testing.T) {
 			t.Fatalf("allowance %d before the turn is due, want 0", got)
 		}
 		wait, ok := r.Reserved(e, r.Clock().Now())
-		if !ok || wait < time.Millisecond || wait > time.Millisecond+2*time.Microsecond {
-			t.Fatalf("Reserved = %v, %v; want due in a millisecond (1 token of debt at 1000/s)", wait, ok)
+		if due := 1990 * time.Microsecond; !ok || wait < due || wait > due+2*time.Microsecond {
+			t.Fatalf("Reserved = %v, %v; want due in %v (199 tokens of debt at 100,000/s)", wait, ok, due)
 		}
 		time.Sleep(wait - time.Microsecond)
 		if wait, ok := r.Reserved(e, r.Clock().Now()); !ok || wait <= 0 {
@@ -78,8 +81,8 @@ func TestAhead(t *testing.T) {
 		if wait, ok := r.Reserved(e, r.Clock().Now()); !ok || wait != 0 {
 			t.Fatalf("Reserved = %v, %v once due, want 0, true", wait, ok)
 		}
-		if got := e.Allowance.Load(); got != 2*M {
-			t.Fatalf("allowance %d once the turn is due, want 2 tokens", got)
+		if got := e.Allowance.Load(); got != 200*M {
+			t.Fatalf("allowance %d once the turn is due, want 200 tokens", got)
 		}
 		if _, ok := r.Reserved(e, r.Clock().Now()); ok {
 			t.Fatal("Reserved after the turn was claimed: still one")
@@ -89,8 +92,8 @@ func TestAhead(t *testing.T) {
 		e.Allowance.TakeAll()
 		st.set(func(s *store) { s.tokens["k"] = 0 })
 		fetch(0)
-		if got, _ := st.get("k"); got != -2*M {
-			t.Fatalf("bucket %d micro-tokens after a second turn, want -2 tokens", got)
+		if got, _ := st.get("k"); got != -200*M {
+			t.Fatalf("bucket %d micro-tokens after a second turn, want -200 tokens", got)
 		}
 		if err := r.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -138,6 +141,42 @@ func TestAheadPartOfFleet(t *testing.T) {
 		fetch(0)
 		if r.Ahead(e, sp) {
 			t.Fatalf("Ahead for a key that %d of 1,024 instances take, want its turns sized by its takers", r.Takers(e))
+		}
+	})
+}
+
+// TestAheadNotCrowded: a key whose fleet is small for its burst, whose
+// turns are 2 ms of refill (not shares of the burst), is fetched in its
+// turns, never taken ahead, however empty its bucket.
+func TestAheadNotCrowded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
+		defer r.Close(context.Background())
+		sp := spec(t, 1000, 100, reconcile.Lease) // a fifth of the burst each, 20 tokens: 4 ms of refill is 4
+		e := entry(r, "k", sp)
+		for _, others := range []int64{0, 3, 3} {
+			st.set(func(s *store) {
+				if _, ok := s.tokens["k"]; ok {
+					s.tokens["k"] -= others * M
+				}
+			})
+			e.Allowance.TakeAll()
+			time.Sleep(time.Millisecond)
+			if err := r.Fetch(context.Background(), e, M); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.set(func(s *store) { s.tokens["k"] = 0 })
+		e.Allowance.TakeAll()
+		if err := r.Fetch(context.Background(), e, M); err != nil {
+			t.Fatal(err)
+		}
+		if n := r.Takers(e); n < 2 {
+			t.Fatalf("Takers = %d, want more than 1", n)
+		}
+		if r.Ahead(e, sp) {
+			t.Fatalf("Ahead with a bucket of %d tokens in a fleet of 4 of a burst of 100, want its turns fetched in turn", e.View().Tokens/M)
 		}
 	})
 }
