@@ -25,19 +25,7 @@ func TestAhead(t *testing.T) {
 		// turns, 800 tokens.
 		sp := spec(t, 100000, 1000, reconcile.Lease)
 		e := entry(r, "k", sp)
-		fetch := func(others int64) {
-			t.Helper()
-			st.set(func(s *store) {
-				if _, ok := s.tokens["k"]; ok {
-					s.tokens["k"] -= others * M
-				}
-			})
-			e.Allowance.TakeAll() // spent: the fetch asks for more
-			time.Sleep(time.Millisecond)
-			if err := r.Fetch(context.Background(), e, M); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fetch := func(others int64) { t.Helper(); fetchAfter(t, st, r, e, others) }
 		fetch(0)
 		fetch(3)
 		fetch(3)
@@ -117,19 +105,7 @@ func TestAheadPartOfFleet(t *testing.T) {
 		// fewer, at most 2 ms of refill, 40).
 		sp := spec(t, 20000, 1000, reconcile.Lease)
 		e := entry(r, "k", sp)
-		fetch := func(others int64) {
-			t.Helper()
-			st.set(func(s *store) {
-				if _, ok := s.tokens["k"]; ok {
-					s.tokens["k"] = max(s.tokens["k"]-others*M, 0)
-				}
-			})
-			e.Allowance.TakeAll()
-			time.Sleep(time.Millisecond)
-			if err := r.Fetch(context.Background(), e, M); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fetch := func(others int64) { t.Helper(); fetchAfter(t, st, r, e, others) }
 		fetch(0)
 		for range 8 {
 			fetch(4)
@@ -156,22 +132,10 @@ func TestAheadNotCrowded(t *testing.T) {
 		sp := spec(t, 1000, 100, reconcile.Lease) // a fifth of the burst each, 20 tokens: 4 ms of refill is 4
 		e := entry(r, "k", sp)
 		for _, others := range []int64{0, 3, 3} {
-			st.set(func(s *store) {
-				if _, ok := s.tokens["k"]; ok {
-					s.tokens["k"] -= others * M
-				}
-			})
-			e.Allowance.TakeAll()
-			time.Sleep(time.Millisecond)
-			if err := r.Fetch(context.Background(), e, M); err != nil {
-				t.Fatal(err)
-			}
+			fetchAfter(t, st, r, e, others)
 		}
 		st.set(func(s *store) { s.tokens["k"] = 0 })
-		e.Allowance.TakeAll()
-		if err := r.Fetch(context.Background(), e, M); err != nil {
-			t.Fatal(err)
-		}
+		fetchAfter(t, st, r, e, 0)
 		if n := r.Takers(e); n < 2 {
 			t.Fatalf("Takers = %d, want more than 1", n)
 		}
@@ -179,4 +143,21 @@ func TestAheadNotCrowded(t *testing.T) {
 			t.Fatalf("Ahead with a bucket of %d tokens in a fleet of 4 of a burst of 100, want its turns fetched in turn", e.View().Tokens/M)
 		}
 	})
+}
+
+// fetchAfter has e, whose lease was spent, fetch a token of its key "k" a
+// millisecond on, after the other instances took others tokens of the
+// bucket (down to an empty one), if it exists.
+func fetchAfter(t *testing.T, st *store, r *reconcile.Reconciler, e *reconcile.Entry, others int64) {
+	t.Helper()
+	st.set(func(s *store) {
+		if _, ok := s.tokens["k"]; ok {
+			s.tokens["k"] = max(s.tokens["k"]-others*M, min(s.tokens["k"], 0))
+		}
+	})
+	e.Allowance.TakeAll()
+	time.Sleep(time.Millisecond)
+	if err := r.Fetch(context.Background(), e, M); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -121,21 +121,27 @@ func (s *sides) prepaid(e *Entry) int64 {
 // takePrepaid returns e's prepaid grant and empties it. A grant on its way
 // meanwhile is left for the next call.
 func (s *sides) takePrepaid(e *Entry) int64 {
-	if e.X.flags.Load()&flagPrepaid == 0 {
+	return s.take(e, flagPrepaid, func(sd *side) *int64 { return &sd.prepaid })
+}
+
+// take returns the amount of e's side that at picks, and empties it, if
+// flag says e's side may hold one.
+func (s *sides) take(e *Entry, flag uint32, at func(*side) *int64) int64 {
+	if e.X.flags.Load()&flag == 0 {
 		return 0
 	}
 	sh := s.shard(e)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e.X.flags.And(^flagPrepaid)
+	e.X.flags.And(^flag)
 	sd := sh.get(e, false)
 	if sd == nil {
 		return 0
 	}
-	pp := sd.prepaid
-	sd.prepaid = 0
+	n := *at(sd)
+	*at(sd) = 0
 	sh.drop(e, sd)
-	return pp
+	return n
 }
 
 // retire empties the side of e, an entry that has left the store, and
@@ -169,6 +175,9 @@ func (s *sides) addReserved(e *Entry, n int64, due time.Duration) bool {
 		return false
 	}
 	sd := sh.get(e, true)
+	if sd.reserved == 0 {
+		sd.due = due // a due time left by a turn taken back says nothing
+	}
 	sd.reserved += n
 	sd.due = max(sd.due, due)
 	e.X.flags.Or(flagReserved)
@@ -203,21 +212,8 @@ func (s *sides) claimReserved(e *Entry, now time.Duration) (wait time.Duration, 
 }
 
 // takeReserved returns e's turn taken ahead, due or not, and empties it:
-// for a lease given back.
+// for a lease given back. (Its due time stays, and means nothing once no
+// turn is held: see addReserved.)
 func (s *sides) takeReserved(e *Entry) int64 {
-	if e.X.flags.Load()&flagReserved == 0 {
-		return 0
-	}
-	sh := s.shard(e)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e.X.flags.And(^flagReserved)
-	sd := sh.get(e, false)
-	if sd == nil {
-		return 0
-	}
-	n := sd.reserved
-	sd.reserved, sd.due = 0, 0
-	sh.drop(e, sd)
-	return n
+	return s.take(e, flagReserved, func(sd *side) *int64 { return &sd.reserved })
 }
