@@ -7,8 +7,8 @@ import (
 	"github.com/hybridlimit/hybrid/local"
 )
 
-// A lease key that the fleet contends for takes its turns ahead. A fetch
-// charges the bucket one turn (Settlement.Consumed, with no grant), which
+// A lease key that a fleet crowded for it contends for (see Ahead) takes
+// its turns ahead. A fetch charges the bucket one turn (Settlement.Consumed, with no grant), which
 // may sink it into debt, and the turn is spent here once the bucket's
 // refill has paid that debt, not before. The bucket's debt is so a queue of
 // the fleet's turns, each due after the one before it: every fetch brings
@@ -24,8 +24,9 @@ import (
 // reply's arrival, which comes after Redis's time of the charge; the fleet
 // spends at most what the bucket would have granted by then. A turn not
 // spent goes back as a lease does: when the key leaves the store (Close
-// included), or when its limit changes. A reply that is lost loses its
-// turn: the fetch is not numbered, and errs towards denying.
+// included), when its limit changes, or with the lease of a key left
+// idle. A reply that is lost loses its turn: the fetch is not numbered,
+// and errs towards denying.
 
 // Ahead reports whether e's lease key takes its next turn ahead: others
 // take the key too (see Takers), nothing the fallback admitted waits to be
@@ -75,6 +76,7 @@ const aheadGuard = 16
 // most a lease of a shared key holds, LeaseCap), or for a fleet so large
 // that its turns would then hold more than aheadShare of the burst (see
 // crowded), the instance's share of that much of it.
+//
 // The fleet's live count sizes it, not the key's takers: turns of one size
 // wait in the bucket's queue for as long as each other, while an instance
 // that took larger ones would take more than its share, count fewer takers
