@@ -8,9 +8,10 @@ import (
 )
 
 // A lease key that a fleet crowded for it contends for (see Ahead) takes
-// its turns ahead. A fetch charges the bucket one turn (Settlement.Consumed, with no grant), which
-// may sink it into debt, and the turn is spent here once the bucket's
-// refill has paid that debt, not before. The bucket's debt is so a queue of
+// its turns ahead. A fetch charges the bucket one turn
+// (Settlement.Consumed, with no grant), which may sink it into debt, and
+// the turn is spent here once the bucket's refill has paid that debt, not
+// before. The bucket's debt is so a queue of
 // the fleet's turns, each due after the one before it: every fetch brings
 // a whole turn, whenever it comes. Fetched when the bucket is due to hold
 // it instead (see Due), a key's fetches come at moments the instances draw

@@ -166,7 +166,7 @@ func (s *sides) retire(e *Entry) (prepaid, reserved int64) {
 
 // addReserved records n > 0 micro-tokens of e's lease key taken ahead,
 // spendable from due on, and reports whether it did: not once e has left
-// the store (what it reserved was handed off already, see takeReserved).
+// the store (what it reserved was handed off already, see retire).
 func (s *sides) addReserved(e *Entry, n int64, due time.Duration) bool {
 	sh := s.shard(e)
 	sh.mu.Lock()
