@@ -60,8 +60,10 @@ func (r *Reconciler) takeDoubts() {
 	r.resends = len(r.sets)
 	// As trim does for the round's buffers: the doubts of one round cut
 	// short after an outage may be tens of thousands, those of the next
-	// few. Memory follows the doubts, not the largest round in doubt.
-	if cap(r.doubts) > 4*max(n, maxBatch) {
+	// few. Memory follows the doubts, not the largest round in doubt, and
+	// once none is left (the outage over) the buffer goes too: a healthy
+	// Redis leaves none, so it is not made again round after round.
+	if n == 0 || cap(r.doubts) > 4*max(n, maxBatch) {
 		r.doubts = nil
 	} else {
 		clear(r.doubts)

@@ -89,7 +89,8 @@ func (r *Reconciler) takeOrphans(all bool) {
 		r.mu.Unlock()
 		return
 	}
-	if !all && r.ndegraded.Load() > 0 && len(taken) > outageOrphans {
+	part := !all && r.ndegraded.Load() > 0 && len(taken) > outageOrphans
+	if part {
 		taken = r.few()
 	} else {
 		r.orphans = r.spare
@@ -122,9 +123,11 @@ func (r *Reconciler) takeOrphans(all bool) {
 		r.mergeOrphan(key, taken[key])
 	}
 	r.stats.inFlight.Store(int64(len(r.sets)))
-	// Keep the map for the next swap, unless a burst made it large: a map
-	// keeps its size once grown.
-	if len(taken) <= outageOrphans {
+	// Keep the map for the next swap, unless a burst made it large (a map
+	// keeps its size once grown) or it is an outage's few (made to their
+	// full size, while the swaps of a healthy Redis take the orphans of a
+	// round, usually far fewer).
+	if !part && len(taken) <= outageOrphans {
 		clear(taken)
 		r.mu.Lock()
 		r.spare = taken
