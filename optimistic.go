@@ -133,9 +133,13 @@ func (l *Limiter) settleWait(e *reconcile.Entry, sp *reconcile.Spec, cost int64,
 	// Paced for the instances that ask (one while the replies show that
 	// nobody else charges the key: see reconcile.Reconciler.Askers), and
 	// within their share of a full bucket, which is the most a share of
-	// what the bucket holds can ever bring.
+	// what the bucket holds can ever bring. A large fleet's instance waits
+	// for all of that share (its Pace would be larger): a settlement that
+	// came before its share of the refill did would be renewed by its share
+	// of what the bucket holds, which counts the fleet's spending not
+	// charged yet, and come twice as often.
 	n := l.r.Askers(e)
-	pace := min(l.r.Pace(sp, l.r.Cap(sp), n), sp.Limit.Burst/(2*n))
+	pace := min(l.r.Pace(sp, l.r.Cap(sp), n), sp.Limit.Burst/n)
 	unsettled, left := l.r.Unsettled(e), e.Allowance.Load()
 	whole := left / local.Micro * local.Micro // a grant replaces the fraction
 	need := max(cost-whole, pace)

@@ -115,8 +115,11 @@ func (r *Reconciler) round(ctx context.Context) {
 			r.hold(e)
 			continue
 		}
-		if claim && i < touched && !r.settleDue(e, sp, r.clock.Now()) {
-			r.hold(e) // settled in a later round, once it is due
+		if claim && !r.settleDue(e, sp, r.clock.Now()) {
+			// Settled in a later round, once it is due: a key held from
+			// an earlier round too, which the rounds in between would
+			// otherwise settle whenever its instance did not ask for it.
+			r.hold(e)
 			continue
 		}
 		if claim && !e.X.claimCharge() {

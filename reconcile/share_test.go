@@ -121,9 +121,10 @@ func TestDueTurn(t *testing.T) {
 }
 
 // TestSettleDue: a round settles an optimistic key in use when its turn
-// comes (N turnTimes after its last reply), when it spent half its budget
-// cap unsettled with budget left, or when its bucket is full as far as its
-// view tells; not at every round.
+// comes (N turnTimes after its last reply), not at every round, nor
+// sooner when half its budget cap is spent unsettled or its bucket is full
+// as far as its view tells: a settlement before its turn would renew its
+// budget by its share of what the bucket holds.
 func TestSettleDue(t *testing.T) {
 	st := newStore()
 	r := newReconciler(t, st, reconcile.Config{Instances: 256})
@@ -142,18 +143,51 @@ func TestSettleDue(t *testing.T) {
 	if !reconcile.SettleDue(r, e, sp, seen+turn) {
 		t.Fatal("not due a turn after its last reply")
 	}
-	half := r.Cap(sp) / 2
-	e.Pending.Add(half)
+	e.Pending.Add(r.Cap(sp) / 2)
 	e.Allowance.Update(func(int64) int64 { return M })
-	if !reconcile.SettleDue(r, e, sp, seen+time.Millisecond) {
-		t.Fatal("not due with half its cap spent unsettled and budget left")
-	}
-	e.Allowance.Update(func(int64) int64 { return 0 })
 	if reconcile.SettleDue(r, e, sp, seen+time.Millisecond) {
-		t.Fatal("due with a dry budget, which its requests renew in their turn")
+		t.Fatal("due before its turn with half its cap spent unsettled")
 	}
 	e.SetView(local.View{Tokens: 20000*M - 10*M, Seen: seen})
-	if !reconcile.SettleDue(r, e, sp, seen+time.Millisecond) {
-		t.Fatal("not due with its bucket full as its view tells")
+	if reconcile.SettleDue(r, e, sp, seen+time.Millisecond) {
+		t.Fatal("due before its turn with its bucket full as its view tells")
 	}
+}
+
+// TestSettleHeld: an optimistic key that a round held for a later one,
+// not due, is settled once it is due, whether its instance asked for it
+// meanwhile or not; not by the first round that finds it untouched.
+func TestSettleHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := newStore()
+		r := newReconciler(t, st, reconcile.Config{Instances: 256, SyncInterval: 100 * time.Millisecond})
+		defer r.Close(ctx)
+		sp := spec(t, 20000, 20000, reconcile.Optimistic)
+		st.set(func(s *store) { s.tokens["k"] = 20000*M - 100*M }) // others take it
+		e := entry(r, "k", sp)
+		time.Sleep(time.Millisecond) // a view seen at 0 is none
+		if err := r.Fetch(ctx, e, M); err != nil {
+			t.Fatal(err)
+		}
+		e.Pending.Add(M) // spent, to charge
+		before, _ := st.counts()
+		turn := 256 * reconcile.TurnTime
+		time.Sleep(turn - time.Millisecond) // rounds that find it touched once, then untouched
+		synctest.Wait()
+		if after, _ := st.counts(); after != before {
+			t.Fatalf("%d Settle calls before the key's turn", after-before)
+		}
+		if e.Pending.Load() != M {
+			t.Fatalf("pending %d before the key's turn, want %d", e.Pending.Load(), M)
+		}
+		time.Sleep(2 * 100 * time.Millisecond) // its turn, then a round
+		synctest.Wait()
+		if e.Pending.Load() != 0 {
+			t.Fatalf("pending %d after the key's turn, want 0: not settled", e.Pending.Load())
+		}
+		if got, _ := st.get("k"); got != 20000*M-101*M {
+			t.Fatalf("the bucket holds %d after the key's turn, want %d", got, 20000*M-101*M)
+		}
+	})
 }

@@ -146,33 +146,28 @@ func (r *Reconciler) Others(e *Entry, sp *Spec) int64 {
 }
 
 // settleDue reports whether a round settles e's optimistic key, touched
-// since the last round, at now. A key's settlements follow its use, not
-// the rounds: it is settled once its turn comes, the fleet's settlements
-// of the key about one per turnTime as a lease key's turns are, once what
-// it spent unsettled reaches half its budget cap, which renews the budget
-// as it halves (what the fleet's view of the bucket lacks of it stays
-// within the cap: docs/accuracy.md), or once its view is staleAge old. A key the instance barely uses is so
-// settled rarely; one whose budget runs dry settles on demand, when the
-// share a settlement would bring covers the request (hybrid's optimistic
-// path); one that the whole fleet spends, about twice per budget's worth
-// of its share of the refill: about 2n·R/(B + R·I) calls a second for n
-// instances.
+// since the last round or held from an earlier one, at now. A key's
+// settlements follow its use, not the rounds: it is settled once its turn
+// comes, the fleet's settlements of the key about one per turnTime as a
+// lease key's turns are, or once its view is staleAge old. A key the
+// instance barely uses is so settled rarely; one whose budget runs dry
+// settles on demand, when its share of the refill covers the request, or
+// for a fleet so large that the key's turns come staleAge apart, when it
+// brings the instance's share of the burst (hybrid's optimistic path); one
+// that such a fleet saturates, about once per B/R for each instance:
+// N·R/B calls a second, the floor (docs/tuning.md, "Fleet size").
+//
+// Not sooner: a settlement before its turn would renew the budget by its
+// share of what the bucket holds rather than of the refill, and what the
+// bucket holds counts the fleet's spending not charged yet
+// (docs/accuracy.md, the debt D); nor when the view and its refill add up
+// to a full bucket, since the others' charges land between this
+// instance's replies. Settled so too (once half its cap was spent
+// unsettled, or its bucket full as its view told), a key saturated by
+// 1,024 instances cost 2.8 times the floor.
 func (r *Reconciler) settleDue(e *Entry, sp *Spec, now time.Duration) bool {
 	v := e.View()
-	if v.Seen == 0 {
-		return true
-	}
-	age := v.Age(now)
-	if age >= min(r.staleAge(sp), time.Duration(r.live.Load())*turnTime) || v.Tokens+r.Refill(sp, age) >= sp.Limit.Burst {
-		// Its turn, as a lease key's (the fleet's settlements of the key
-		// come about once per turnTime), or stale; or the bucket is full
-		// as far as the view tells: it loses its refill until the charges
-		// it holds land.
-		return true
-	}
-	// A dry budget is renewed by its requests, in their turn (hybrid's
-	// optimistic path), which charges what it spent too.
-	return e.Pending.Load() >= r.Cap(sp)/2 && e.Allowance.Load() >= local.Micro
+	return v.Seen == 0 || v.Age(now) >= min(r.staleAge(sp), time.Duration(r.live.Load())*turnTime)
 }
 
 // staleAge is the longest an optimistic key in use goes unsettled: the time
