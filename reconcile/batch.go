@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hybridlimit/hybrid/global"
 )
@@ -88,6 +89,14 @@ type waiter struct {
 // for its requests alone) may be applied twice if the first reached Redis,
 // which takes twice, towards denying.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+	rep, _, err := r.settleNowUntil(ctx, s, nil)
+	return rep, err
+}
+
+// settleNowUntil is SettleNow that also gives up when timeout fires (with
+// ErrNoAnswer). A caller that gave up, on timeout or ctx, gets the waiter
+// of its settlement, still in its batch (see settleWait).
+func (r *Reconciler) settleNowUntil(ctx context.Context, s global.Settlement, timeout <-chan time.Time) (global.Reply, *waiter, error) {
 	if s.Seq == 0 {
 		// Soon after an outage, numbered to carry its start: an exact
 		// decision may be the first write once Redis is back (see
@@ -96,21 +105,21 @@ func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global
 			s.Instance, s.Seq = r.fetchID, r.fetchSeq.Add(1)
 		}
 	}
-	rep, err := r.settleNow(ctx, s)
+	rep, w, err := r.settleWait(ctx, s, timeout)
 	first := callErr(rep, err)
-	if !broken(first) {
-		return rep, err
+	if w != nil || !broken(first) {
+		return rep, w, err
 	}
 	r.stats.resent.Add(1)
-	rep, err = r.settleNow(ctx, s)
-	if again := callErr(rep, err); again != nil && !mayBeApplied(again) {
+	rep, w, err = r.settleWait(ctx, s, timeout)
+	if again := callErr(rep, err); w == nil && again != nil && !mayBeApplied(again) {
 		// The second surely was not applied (refused by the breaker or
 		// the network), but the first may have been: its error stands, so
 		// that a numbered settlement stays in doubt rather than have its
 		// give-back made twice.
-		return rep, first
+		return rep, nil, first
 	}
-	return rep, err
+	return rep, w, err
 }
 
 // callErr returns the error of a call that returned rep and err: err, else
@@ -130,13 +139,19 @@ func broken(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
-// settleNow is SettleNow's one call.
-func (r *Reconciler) settleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
+// settleWait is SettleNow's one call, which also gives up when timeout fires (with
+// ErrNoAnswer). A caller that gave up gets the waiter of its settlement,
+// still in its batch (nil otherwise): its done receives one value once the
+// batch is back, and reply then returns the outcome. A caller with a
+// timeout does not send its batch itself if the call may take longer than
+// it waits (ColdWait below the breaker's call timeout): it hands it to the
+// node's flushers.
+func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeout <-chan time.Time) (global.Reply, *waiter, error) {
 	if r.Closed() {
-		return global.Reply{}, ErrClosed
+		return global.Reply{}, nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return global.Reply{}, err
+		return global.Reply{}, nil, err
 	}
 	n := r.def
 	if r.router != nil {
@@ -152,14 +167,16 @@ func (r *Reconciler) settleNow(ctx context.Context, s global.Settlement) (global
 	b := &n.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
-	var batch []*waiter
-	if b.flights < r.maxBatches() {
-		b.flights++
-		batch = b.take()
-	}
-	b.mu.Unlock()
-	if batch != nil {
+	if b.flights >= r.maxBatches() {
+		b.mu.Unlock()
+	} else if b.flights++; timeout == nil || r.callTimeout <= r.cfg.ColdWait {
+		batch := b.take()
+		b.mu.Unlock()
 		r.flush(n, batch, false)
+	} else {
+		// A caller that waits less than a call may take (ColdWait below
+		// the breaker's call timeout) does not make the call itself.
+		r.hand(n, b.take())
 	}
 	select {
 	case <-w.done:
@@ -167,9 +184,18 @@ func (r *Reconciler) settleNow(ctx context.Context, s global.Settlement) (global
 		select {
 		case <-w.done:
 		case <-ctx.Done():
-			return global.Reply{}, ctx.Err() // w stays with its batch, and is not reused
+			return global.Reply{}, w, ctx.Err() // w stays with its batch
+		case <-timeout:
+			return global.Reply{}, w, ErrNoAnswer
 		}
 	}
+	rep, err := r.reply(w)
+	return rep, nil, err
+}
+
+// reply returns the outcome of w, a waiter whose done received its value,
+// and keeps w for another settlement.
+func (r *Reconciler) reply(w *waiter) (global.Reply, error) {
 	rep, err := w.rep, w.err
 	*w = waiter{done: w.done}
 	r.waiters.Put(w)
@@ -253,7 +279,13 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 		b.mu.Unlock()
 		return
 	}
-	next := b.take()
+	r.hand(n, b.take())
+}
+
+// hand hands batch, a flight of node n's, to one of the node's flushers,
+// and unlocks n.batch.mu, which the caller holds.
+func (r *Reconciler) hand(n *node, batch []*waiter) {
+	b := &n.batch
 	if !b.flushers {
 		b.flushers = true
 		b.work = make(chan []*waiter, maxFlights)
@@ -267,10 +299,10 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	if b.closed {
 		b.flights--
 		b.mu.Unlock()
-		answerClosed(next)
+		answerClosed(batch)
 		return
 	}
-	b.work <- next // never blocks: at most maxFlights batches are handed or on their way
+	b.work <- batch // never blocks: at most maxFlights batches are handed or on their way
 	b.mu.Unlock()
 }
 

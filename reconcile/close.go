@@ -25,6 +25,7 @@ func (r *Reconciler) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	r.stop()
 	r.wg.Wait()
+	r.inline.close() // and the fetches its requests make themselves
 
 	r.keys.Drain() // every entry's dues become an orphan
 	r.sets, r.owners = r.sets[:0], r.owners[:0]

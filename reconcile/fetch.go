@@ -18,8 +18,11 @@ import (
 // fetch settles e alone for a request of cost micro-tokens: in lease mode
 // it asks for allowance and charges nothing (consumption is charged by the
 // rounds); in optimistic mode it charges the key's consumption and renews
-// its budget.
-func (r *Reconciler) fetch(e *Entry, cost int64) error {
+// its budget. With lw (a lease key's fetch that its request makes, see
+// leadFetch), it waits for the reply no longer than lw says: if it gives
+// up, a goroutine applies the reply when it comes and lands the flight,
+// and fetch returns at once.
+func (r *Reconciler) fetch(e *Entry, cost int64, lw *leadWait) error {
 	r.stats.fetches.Add(1)
 	sp := e.X.Spec()
 	if sp == nil || e.Retired() {
@@ -148,7 +151,53 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		// pool a hot key's charges need).
 		r.markOutage(&s)
 	}
-	rep, err := r.settleOne(sp, s)
+	fc := fetchCall{e: e, sp: sp, s: s, o: o, first: first, ahead: ahead, resend: resend}
+	if lw == nil {
+		rep, err := r.settleOne(sp, s)
+		return r.fetched(&fc, rep, err)
+	}
+	rep, w, err := r.settleNowUntil(lw.ctx, s, lw.timeout)
+	if w == nil {
+		rep, err = r.answered(sp, &s, rep, err)
+		return r.fetched(&fc, rep, err)
+	}
+	// The request gave up on the reply: what it brings is applied when it
+	// comes, and the key's flight lands then.
+	lw.late = true
+	late, fl := fc, lw.fl
+	apply := func() {
+		<-w.done
+		rep, err := r.reply(w)
+		if broken(callErr(rep, err)) {
+			r.stats.resent.Add(1)
+			rep, err = r.SettleNow(context.Background(), late.s)
+		}
+		rep, err = r.answered(late.sp, &late.s, rep, err)
+		r.fly(late.e, fl, r.fetched(&late, rep, err))
+	}
+	if !r.goOwned(apply) {
+		apply() // Close is under way: it waits for this request
+	}
+	if err == ErrNoAnswer {
+		r.stats.fetchTimeouts.Add(1)
+		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, r.cfg.ColdWait)
+	}
+	return err
+}
+
+// fetchCall is a fetch sent: what fetched needs to apply its reply.
+type fetchCall struct {
+	e                    *Entry
+	sp                   *Spec
+	s                    global.Settlement
+	o                    owner
+	first, ahead, resend bool
+}
+
+// fetched applies the reply rep (or the error err) to the fetch fc, and
+// returns fetch's error.
+func (r *Reconciler) fetched(fc *fetchCall, rep global.Reply, err error) error {
+	e, sp, s, o, ahead, resend := fc.e, fc.sp, fc.s, fc.o, fc.ahead, fc.resend
 	if err != nil {
 		switch {
 		case s.Seq > 0 && (resend || mayBeApplied(err)):
@@ -170,7 +219,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64) error {
 		r.stats.duplicates.Add(1)
 		r.superseded(&s, o, &rep)
 	}
-	if sp.Mode == Optimistic && first { // the first budget is a share of the bucket
+	if sp.Mode == Optimistic && fc.first { // the first budget is a share of the bucket
 		if r.young() {
 			r.recount()
 		} else {
@@ -268,12 +317,17 @@ func (r *Reconciler) unapplied(s *global.Settlement, o owner) {
 // nothing), so a failure has nothing to put back.
 func (r *Reconciler) settleOne(sp *Spec, s global.Settlement) (global.Reply, error) {
 	rep, err := r.SettleNow(context.Background(), s)
+	return r.answered(sp, &s, rep, err)
+}
+
+// answered is settleOne once SettleNow returned rep and err for s.
+func (r *Reconciler) answered(sp *Spec, s *global.Settlement, rep global.Reply, err error) (global.Reply, error) {
 	if err = callErr(rep, err); err != nil {
 		r.stats.fetchErrors.Add(1)
 		r.stats.keyErrors.Add(1)
 		return rep, err
 	}
-	r.Took(sp, &s, &rep)
+	r.Took(sp, s, &rep)
 	return rep, nil
 }
 

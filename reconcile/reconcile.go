@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"runtime"
@@ -183,8 +184,9 @@ type Reconciler struct {
 	early       chan struct{}
 	applied     atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
 	sides       sides                         // the entries' demands and prepaid grants
-	flights     singleflight.Group
-	evicted     evictions // the keys that left the store lately
+	flights     flights                       // the keys' fetches on their way (see Fetch)
+	inline      gate                          // the fetches made on their requests' goroutines (see leadFetch)
+	evicted     evictions                     // the keys that left the store lately
 	stats       counters
 
 	log *slog.Logger
@@ -202,7 +204,6 @@ type Reconciler struct {
 	done    <-chan struct{} // closed by stop
 	waiters sync.Pool       // of *waiter, for SettleNow (one Reconciler's: a waiter's channel is its)
 	timers  sync.Pool       // of *time.Timer, stopped: see timer
-	fetched sync.Pool       // of chan error, empty: the channels Fetch waits on
 	wg      sync.WaitGroup  // the loop and cold fetches
 
 	// Owned by the loop goroutine (and Close, once the loop is gone).
@@ -294,6 +295,8 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	}
 	applied := make(chan struct{})
 	r.applied.Store(&applied)
+	r.flights.seed = maphash.MakeSeed()
+	r.inline.empty = make(chan struct{})
 	var id [8]byte
 	rand.Read(id[:])
 	r.dedup = hex.EncodeToString(id[:])
@@ -365,63 +368,6 @@ func (r *Reconciler) LowWater(e *Entry) int64 {
 		return 0
 	}
 	return t * (local.Micro / 4)
-}
-
-// Fetch settles e's key alone, now, for a request of cost micro-tokens:
-// it charges what e consumed unsettled, and in lease mode asks for allowance
-// (at least cost, or nothing). Concurrent fetches of one key share one round
-// trip. It waits at most Config.ColdWait for its round trip (and no longer
-// than ctx), after the round charging an optimistic key, if one is, while
-// that round makes progress (see awaitCharge); an error means the caller should
-// decide by the fallback policy.
-func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
-	if e.X.roundCharging() {
-		// The fetch would wait for the round charging the key (an
-		// optimistic key's charges go one at a time: see fetch). The
-		// request waits for it here, while it makes progress, and then
-		// ColdWait for its own round trip.
-		r.awaitRound(ctx, e, func() bool { return !e.X.roundCharging() })
-	}
-	ch, _ := r.fetched.Get().(chan error)
-	if ch == nil {
-		ch = make(chan error, 1)
-	}
-	if !r.goOwned(func() {
-		_, err, _ := r.flights.Do(e.Key(), func() (any, error) {
-			e.X.flags.Or(flagFetching)
-			defer e.X.flags.And(^flagFetching)
-			return nil, r.fetch(e, cost)
-		})
-		ch <- err
-	}) {
-		return ErrClosed
-	}
-	wait := r.cfg.ColdWait
-	t := r.timer(wait)
-	defer r.putTimer(t)
-	held := false // the fetch waited for a round at the timer's last expiry
-	for {
-		select {
-		case err := <-ch:
-			r.fetched.Put(ch) // empty again; one given up on is left to its sender
-			return err
-		case <-t.C:
-			// A fetch that waits for a round charging the key (see
-			// awaitCharge, bounded by the round's progress) has not begun
-			// its own round trip: ColdWait counts from when it does (one
-			// that waited at the last expiry and does not now has begun
-			// it since: ColdWait again).
-			if now := e.X.awaiting(); now || held {
-				held = now
-				t.Reset(wait)
-				continue
-			}
-			r.stats.fetchTimeouts.Add(1)
-			return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // Fetching reports whether a fetch of e's key is on its way: a request for

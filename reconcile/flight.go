@@ -1,0 +1,230 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A key's fetches go one at a time, and the requests that come while one is
+// on its way share it: the first request leads a flight of the key, and the
+// others join it and wait for its end. A lease key's leader makes the fetch
+// itself, on its own goroutine, as an exact decision makes its call: no
+// goroutine or channel of the fetch's own when nobody else waits for the
+// key, which is the long tail's every request. Its batch (see SettleNow)
+// it may send itself, as any request does, unless ColdWait is below the
+// breaker's call timeout: it waits then for a batch sent by another. It waits for the reply
+// at most Config.ColdWait and no longer than its ctx; a reply that comes
+// after it gave up is applied all the same, by a goroutine made then, so
+// that a grant is spent or given back, never lost. An optimistic key's
+// leader hands the fetch to a goroutine and waits for it as the others do:
+// its fetch may first wait for a round charging the key (see awaitCharge),
+// and ColdWait counts from when its own round trip begins.
+
+// flight is a fetch of a key on its way. done is made when the first
+// request joins it, and closed with err set when the fetch ends.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// flights are the keys' flights, by key (an entry made again after an
+// eviction shares its key's flight with the entry before it).
+type flights struct {
+	seed   maphash.Seed
+	shards [flightShards]flightShard
+}
+
+// flightShards spreads the flights over locks by key.
+const flightShards = 16
+
+type flightShard struct {
+	mu sync.Mutex
+	m  map[string]*flight
+	_  [48]byte // keep shards on separate cache lines
+}
+
+// shard returns the shard of key's flight.
+func (fs *flights) shard(key string) *flightShard {
+	return &fs.shards[maphash.String(fs.seed, key)%flightShards]
+}
+
+// join returns key's flight and whether the caller leads it: a new one if
+// there is none (the caller fetches), else the one on its way, with a
+// channel for the end the caller waits for.
+func (fs *flights) join(key string) (*flight, bool) {
+	sh := fs.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if fl := sh.m[key]; fl != nil {
+		if fl.done == nil {
+			fl.done = make(chan struct{})
+		}
+		return fl, false
+	}
+	if sh.m == nil {
+		sh.m = map[string]*flight{}
+	}
+	fl := &flight{}
+	sh.m[key] = fl
+	return fl, true
+}
+
+// await gives fl, key's flight, the channel its end closes, if it has none.
+func (fs *flights) await(key string, fl *flight) {
+	sh := fs.shard(key)
+	sh.mu.Lock()
+	if fl.done == nil {
+		fl.done = make(chan struct{})
+	}
+	sh.mu.Unlock()
+}
+
+// land ends key's flight fl with err, and wakes those who joined it.
+func (fs *flights) land(key string, fl *flight, err error) {
+	sh := fs.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	fl.err = err
+	done := fl.done
+	sh.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+}
+
+// Fetch settles e's key alone, now, for a request of cost micro-tokens:
+// it charges what e consumed unsettled, and in lease mode asks for allowance
+// (at least cost, or nothing). Concurrent fetches of one key share one round
+// trip. It waits at most Config.ColdWait for its round trip (and no longer
+// than ctx), after the round charging an optimistic key, if one is, while
+// that round makes progress (see awaitCharge); an error means the caller should
+// decide by the fallback policy.
+func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
+	if e.X.roundCharging() {
+		// The fetch would wait for the round charging the key (an
+		// optimistic key's charges go one at a time: see fetch). The
+		// request waits for it here, while it makes progress, and then
+		// ColdWait for its own round trip.
+		r.awaitRound(ctx, e, func() bool { return !e.X.roundCharging() })
+	}
+	fl, lead := r.flights.join(e.Key())
+	if lead {
+		if sp := e.X.Spec(); sp != nil && sp.Mode == Lease {
+			return r.leadFetch(ctx, e, cost, fl)
+		}
+		r.flights.await(e.Key(), fl) // a channel to wait on, as those who join have
+		e.X.flags.Or(flagFetching)
+		if !r.goOwned(func() { r.fly(e, fl, r.fetch(e, cost, nil)) }) {
+			r.fly(e, fl, ErrClosed)
+			return ErrClosed
+		}
+	}
+	return r.awaitFlight(ctx, e, fl)
+}
+
+// fly lands fl, the flight of e's key, with err: the key is no longer
+// being fetched (see Fetching).
+func (r *Reconciler) fly(e *Entry, fl *flight, err error) {
+	e.X.flags.And(^flagFetching)
+	r.flights.land(e.Key(), fl, err)
+}
+
+// awaitFlight waits for fl, a flight of e's key that another request or a
+// goroutine of its own makes, to end: at most Config.ColdWait once the
+// fetch's round trip has begun, and no longer than ctx.
+func (r *Reconciler) awaitFlight(ctx context.Context, e *Entry, fl *flight) error {
+	wait := r.cfg.ColdWait
+	t := r.timer(wait)
+	defer r.putTimer(t)
+	held := false // the fetch waited for a round at the timer's last expiry
+	for {
+		select {
+		case <-fl.done:
+			return fl.err
+		case <-t.C:
+			// A fetch that waits for a round charging the key (see
+			// awaitCharge, bounded by the round's progress) has not begun
+			// its own round trip: ColdWait counts from when it does (one
+			// that waited at the last expiry and does not now has begun
+			// it since: ColdWait again).
+			if now := e.X.awaiting(); now || held {
+				held = now
+				t.Reset(wait)
+				continue
+			}
+			r.stats.fetchTimeouts.Add(1)
+			return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// leadFetch makes the fetch of fl, a flight of e's lease key, on the
+// caller's goroutine (see Fetch).
+func (r *Reconciler) leadFetch(ctx context.Context, e *Entry, cost int64, fl *flight) error {
+	if !r.inline.enter() {
+		r.flights.land(e.Key(), fl, ErrClosed)
+		return ErrClosed
+	}
+	e.X.flags.Or(flagFetching)
+	t := r.timer(r.cfg.ColdWait)
+	lw := &leadWait{ctx: ctx, timeout: t.C, fl: fl}
+	err := r.fetch(e, cost, lw)
+	r.putTimer(t)
+	if !lw.late {
+		r.fly(e, fl, err)
+	}
+	r.inline.leave()
+	return err
+}
+
+// leadWait is how long a fetch's leader waits for its reply: until timeout
+// fires or ctx is done. late is set if it gave up: the flight lands once the
+// reply has been applied.
+type leadWait struct {
+	ctx     context.Context
+	timeout <-chan time.Time
+	fl      *flight
+	late    bool
+}
+
+// gate lets Close wait for the fetches that requests make on their own
+// goroutines (see leadFetch): a count of them, and a channel Close waits on
+// once closing, closed when the last leaves.
+type gate struct {
+	n       atomic.Int64
+	closing atomic.Bool
+	once    sync.Once
+	empty   chan struct{}
+}
+
+// enter counts a fetch in, and reports false, counting nothing, once Close
+// began.
+func (g *gate) enter() bool {
+	g.n.Add(1)
+	if g.closing.Load() {
+		g.leave()
+		return false
+	}
+	return true
+}
+
+// leave counts a fetch out.
+func (g *gate) leave() {
+	if g.n.Add(-1) == 0 && g.closing.Load() {
+		g.once.Do(func() { close(g.empty) })
+	}
+}
+
+// close makes enter refuse, and waits for the fetches counted in to leave.
+func (g *gate) close() {
+	g.closing.Store(true)
+	if g.n.Load() > 0 {
+		<-g.empty
+	}
+}
