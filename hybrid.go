@@ -416,9 +416,17 @@ func (l *Limiter) decideSlow(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if fresh { // a key in use whose lease ran dry: it grows
 		l.r.Starved(e, false)
 	}
-	l.r.AddDemand(e, cost) // the fetches ask for what all their waiters need
-	defer l.r.AddDemand(e, -cost)
-	for range maxFetches {
+	// The fetches ask for what all their waiters need: a request counts
+	// its need in once it is to wait for a fetch of another's (one is on
+	// its way), or to fetch again. A request alone on its key (the long
+	// tail's every request) asks for its cost alone, and counts nothing.
+	counted := false
+	for i := range maxFetches {
+		if !counted && (i > 0 || l.r.Fetching(e)) {
+			counted = true
+			l.r.AddDemand(e, cost)
+			defer l.r.AddDemand(e, -cost)
+		}
 		if err := l.r.Fetch(ctx, e, cost); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
