@@ -14,15 +14,20 @@ import (
 // others join it and wait for its end. A lease key's leader makes the fetch
 // itself, on its own goroutine, as an exact decision makes its call: no
 // goroutine or channel of the fetch's own when nobody else waits for the
-// key, which is the long tail's every request. Its batch (see SettleNow)
-// it may send itself, as any request does, unless ColdWait is below the
-// breaker's call timeout: it waits then for a batch sent by another. It waits for the reply
-// at most Config.ColdWait and no longer than its ctx; a reply that comes
-// after it gave up is applied all the same, by a goroutine made then, so
-// that a grant is spent or given back, never lost. An optimistic key's
-// leader hands the fetch to a goroutine and waits for it as the others do:
-// its fetch may first wait for a round charging the key (see awaitCharge),
-// and ColdWait counts from when its own round trip begins.
+// key, which is the long tail's every request.
+//
+// The leader waits for the reply at most Config.ColdWait and no longer than
+// its ctx; a reply that comes after it gave up is applied all the same, by
+// a goroutine made then, so that a grant is spent or given back, never
+// lost. It may send its batch itself (see SettleNow), as any request does,
+// and then waits for the call, whose deadline is the breaker's call timeout
+// at least (ColdWait's default), as an exact decision does; with ColdWait
+// below that timeout it leaves the batch to the node's flushers.
+//
+// An optimistic key's leader hands the fetch to a goroutine and waits for
+// it as the others do: its fetch may first wait for a round charging the
+// key (see awaitCharge), and ColdWait counts from when its own round trip
+// begins.
 
 // flight is a fetch of a key on its way. done is made when the first
 // request joins it, and closed with err set when the fetch ends.
