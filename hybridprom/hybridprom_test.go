@@ -123,7 +123,10 @@ func TestCollector(t *testing.T) {
 		exact := hybrid.Limit{Rate: 1e-3, Burst: 1, Mode: hybrid.Exact}
 		allow("e", exact, true, hybrid.SourceRedis)
 		allow("e", exact, false, hybrid.SourceRedis)
-		settle(100 * time.Millisecond)
+		// Two rounds: the first, at a moment of its own within the first
+		// interval, may come before "a" is due (its turn, 2 ms after its
+		// last reply) and leave its charge to the second.
+		settle(200 * time.Millisecond)
 
 		// An outage: the cold key's fetch fails, the fallback admits it, and
 		// the failing rounds open the breaker.
