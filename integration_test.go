@@ -42,7 +42,8 @@ const itNetTimeout = 50 * time.Millisecond
 //     open; the fallback (LocalShare) decides, within its own bound;
 //  3. recovery: every breaker closes again, the outage's consumption is
 //     charged to the new bucket, decisions come from the allowance and
-//     Redis again;
+//     Redis again, and admit again once the refill has paid what the
+//     charges owe;
 //
 // and Close leaves no goroutine behind.
 func TestIntegrationLeaseFleet(t *testing.T) {
@@ -53,10 +54,10 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 		burst     = 100
 		normalFor = 3 * time.Second
 		outageFor = 2 * time.Second
-		afterFor  = time.Second     // load after recovery
-		stateWait = 5 * time.Second // bound on waiting for a breaker transition
-		roundWait = 2 * time.Second // bound on waiting for a round after recovery
-		leakWait  = 3 * time.Second // bound on waiting for goroutines to end
+		afterFor  = 500 * time.Millisecond // load after the fleet admits again
+		stateWait = 5 * time.Second        // bound on waiting for a breaker transition
+		roundWait = 2 * time.Second        // bound on waiting for a round after recovery
+		leakWait  = 3 * time.Second        // bound on waiting for goroutines to end
 		p99Bound  = time.Millisecond
 		margin    = 250 * time.Millisecond
 	)
@@ -189,7 +190,8 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 
 	// Phase 3: recovery.
 	marks = fleet.marks()
-	var restarted, recovered, settled time.Time
+	var restarted, recovered, settled, readmitted time.Time
+	var debtWait time.Duration
 	after := runITLoad(fleet, workers, "hot", lim, period, 0, func() {
 		if err := proc.Restart(); err != nil {
 			t.Errorf("Restart: %v", err)
@@ -239,7 +241,39 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 		// closes, while the fleet settles up (reconcile's settleUp).
 		until("still degraded", func(st hybrid.Stats, _ int) bool { return !st.Degraded })
 		settled = time.Now()
-	}, func() { <-time.After(afterFor) })
+	}, func() {
+		if settled.IsZero() {
+			return
+		}
+		// The outage's charges sink the bucket: by what the fallback
+		// admitted beyond its claims of the refill, and by the writes the
+		// restart lost, charged again down to -B at most. They land at the
+		// rounds after the breakers close, in an order of their own, so the
+		// fleet admits again once the refill has paid what they owe: within
+		// (B + what the fallback admitted)/R of the fleet settling up.
+		admitted := func() (n uint64) {
+			for _, in := range fleet {
+				st := in.lim.Stats()
+				n += st.LocalAllowed + st.RedisAllowed
+			}
+			return n
+		}
+		var fallback uint64 // over the whole run: the outage and this phase
+		for _, in := range fleet {
+			fallback += in.lim.Stats().FallbackAllowed
+		}
+		base := admitted()
+		debtWait = time.Duration(float64(burst+fallback)/rate*float64(time.Second)) + margin
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := settled.Add(debtWait); admitted() == base && time.Now().Before(deadline); {
+			<-tick.C
+		}
+		if admitted() > base {
+			readmitted = time.Now()
+		}
+		<-time.After(afterFor)
+	})
 	after.check(t, "recovery")
 	if !restarted.IsZero() && !recovered.IsZero() {
 		t.Logf("recovery: normal within %v of the restart (all breakers closed)", recovered.Sub(restarted).Round(time.Millisecond))
@@ -255,9 +289,16 @@ func TestIntegrationLeaseFleet(t *testing.T) {
 	} else {
 		t.Logf("recovery: the bucket holds %.3f tokens", float64(tokens)/local.Micro)
 	}
-	// The outage's consumption sank the new bucket (to -B at most), so the
-	// first decisions after recovery are mostly denials; the refill then
-	// admits again, from the allowance and Redis.
+	// The outage's consumption sank the new bucket, so the first decisions
+	// after recovery are denials; the refill then admits again, from the
+	// allowance and Redis.
+	if !settled.IsZero() {
+		if readmitted.IsZero() {
+			t.Errorf("recovery: the fleet admitted nothing from the allowance or Redis within %v of settling up, the most the outage's charges may owe", debtWait)
+		} else {
+			t.Logf("recovery: admitting again %v after settling up (the outage's charges owed at most %v)", readmitted.Sub(settled).Round(time.Millisecond), debtWait.Round(time.Millisecond))
+		}
+	}
 	var late, lateFallback, lateAdmitted int
 	for _, d := range after.all {
 		if !settled.IsZero() && d.start.After(settled) {
