@@ -95,7 +95,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 			}
 		}
 		c := &checks[i]
-		res, e, err := l.decide(ctx, c.Key, c.Limit, cost(c), entries[i])
+		res, e, err := l.decide(ctx, c.Key, c.Limit, checkCost(c), entries[i])
 		if err != nil {
 			l.giveBack(taken)
 			return Decision{Denied: -1}, fmt.Errorf("hybrid: tier %q: %w", c.Tier, err)
@@ -106,7 +106,7 @@ func (l *Limiter) AllowAll(ctx context.Context, checks ...Check) (Decision, erro
 			d.Allowed, d.Denied = false, i
 			return d, nil
 		}
-		r := Reservation{l: l, key: c.Key, e: e, res: res, cost: cost(c) * local.Micro}
+		r := Reservation{l: l, key: c.Key, e: e, res: res, cost: checkCost(c) * local.Micro}
 		if e != nil {
 			r.sp = e.X.Spec()
 		}
@@ -122,7 +122,8 @@ func (l *Limiter) giveBack(taken []Reservation) {
 	}
 }
 
-func cost(c *Check) int64 {
+// checkCost is c's cost in tokens: 1 when it names none.
+func checkCost(c *Check) int64 {
 	if c.Cost == 0 {
 		return 1
 	}
@@ -135,7 +136,7 @@ func cost(c *Check) int64 {
 func (l *Limiter) validCheck(c *Check, e *reconcile.Entry) error {
 	if e != nil {
 		if sp := e.X.Spec(); sp != nil && sp.Is(c.Limit.Rate, c.Limit.Burst, c.Limit.Mode) {
-			if n := cost(c); n >= 1 && n <= sp.Limit.Burst/local.Micro {
+			if n := checkCost(c); n >= 1 && n <= sp.Limit.Burst/local.Micro {
 				return nil
 			}
 		}
@@ -147,7 +148,7 @@ func (l *Limiter) validCheck(c *Check, e *reconcile.Entry) error {
 	if err != nil {
 		return fmt.Errorf("hybrid: tier %q: key %q: %w", c.Tier, c.Key, err)
 	}
-	if _, err := sp.Limit.Cost(cost(c)); err != nil {
+	if _, err := sp.Limit.Cost(checkCost(c)); err != nil {
 		return fmt.Errorf("hybrid: tier %q: key %q: %w", c.Tier, c.Key, err)
 	}
 	return nil
@@ -211,7 +212,7 @@ func (l *Limiter) together(ctx context.Context, d *Decision, taken []Reservation
 			l.setSpec(e, sp)
 		}
 		glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
-		s, err := global.Decision(c.Key, glim, cost(c))
+		s, err := global.Decision(c.Key, glim, checkCost(c))
 		if err != nil {
 			return taken, false
 		}

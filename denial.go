@@ -3,7 +3,6 @@ package hybrid
 import (
 	"context"
 	"errors"
-	"runtime"
 	"time"
 
 	"github.com/hybridlimit/hybrid/local"
@@ -17,29 +16,6 @@ func (l *Limiter) deniedHere(sp *reconcile.Spec, lim Limit, wait time.Duration, 
 	l.yield(now)
 	return l.denied(sp, lim, wait, v, held, SourceLocal)
 }
-
-// yield gives up the processor (runtime.Gosched), at a denial answered here
-// at now, once per yieldGap of this Limiter's denials, while a round trip
-// to Redis is under way in the process (reconcile.Busy).
-//
-// Callers that ask again at once, in a loop, would otherwise keep every
-// core busy with denials, and the goroutine whose reply ends the denial (a
-// settlement round's, a fetch's, another Limiter's) would wait for the
-// scheduler to preempt them: on saturated cores, past its call timeout, so
-// that a healthy Redis looked down (round trips of 0.3 to 1.4 s were
-// measured so). A yield sends one spinning caller to the back of the run
-// queue, where the goroutines that Redis's replies woke wait, and the next
-// yield comes soon after: those run within a few milliseconds. Spaced so,
-// the yields cost the denials nothing that a benchmark shows.
-func (l *Limiter) yield(now time.Duration) {
-	last := l.lastYield.Load()
-	if now-time.Duration(last) >= yieldGap && reconcile.Busy() && l.lastYield.CompareAndSwap(last, int64(now)) {
-		runtime.Gosched()
-	}
-}
-
-// yieldGap is the least time between two yields of a Limiter's denials.
-const yieldGap = 250 * time.Microsecond
 
 // fetchFailed decides a request whose fetch or take for e failed with err:
 // the caller's own end (ctx), a closed Limiter and an entry evicted
@@ -73,10 +49,20 @@ func (l *Limiter) unanswered(err error, e *reconcile.Entry, sp *reconcile.Spec, 
 	}
 	l.stats.unanswered.Add(1)
 	v := e.View()
-	held := l.lease(e, sp)
+	held := leaseHeld(e, sp)
 	res := l.denied(sp, lim, untilHolds(sp, v, cost-held, l.clock.Now()), v, held, SourceRedis)
 	if v.Seen == 0 {
 		res.RetryAfter = l.r.SyncInterval() / 4
 	}
 	return res
+}
+
+// leaseHeld returns the allowance e holds in lease mode, in micro-tokens: tokens
+// of the global bucket reserved for this instance. 0 in the other modes,
+// whose allowance is a budget (optimistic) or nothing.
+func leaseHeld(e *reconcile.Entry, sp *reconcile.Spec) int64 {
+	if sp.Mode != Lease {
+		return 0
+	}
+	return e.Allowance.Load()
 }

@@ -2,7 +2,6 @@ package hybrid
 
 import (
 	"cmp"
-	"time"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
@@ -22,22 +21,6 @@ import (
 // keys (0: the default): twice as many, and at least 65,536 (576 KiB).
 func ledgerSize(maxKeys int) int {
 	return max(2*cmp.Or(maxKeys, local.DefaultCapacity), 1<<16)
-}
-
-// recalled returns what the ledger tells the local bucket of key holds at
-// now under share: full unless the ledger holds a record of the key (an
-// entry of it left the store with its bucket not full), or holds none but
-// dropped records whose buckets are not full yet from the key's set, which
-// the key may have been one of: then what a bucket full at that time holds.
-// known reports whether the ledger told anything: a record of the key, or
-// a floor in the future.
-func (l *Limiter) recalled(key string, share local.Limit, now time.Duration) (tokens int64, known bool) {
-	full, _ := l.ledger.Full(key, now)
-	if full <= now {
-		return share.Burst, false
-	}
-	deficit, _ := limit.Refill(full-now, share.Rate, 0)
-	return max(share.Burst-deficit, 0), true
 }
 
 // remembered reports whether the ledger holds that an earlier entry of key
@@ -71,6 +54,15 @@ func (l *Limiter) left(e *reconcile.Entry, pending int64) {
 		full = max(full, f)
 	}
 	l.ledger.Put(e.Key(), full, now)
+}
+
+// spent records cost micro-tokens admitted on e as its consumption, charged
+// at the next round (e's Pending); if e left the store meanwhile, as an
+// orphan.
+func (l *Limiter) spent(e *reconcile.Entry, sp *reconcile.Spec, cost int64) {
+	if !e.Pending.Add(cost) {
+		l.orphan(e, sp, cost)
+	}
 }
 
 // orphan records consumption of cost micro-tokens decided on e, which left

@@ -8,8 +8,9 @@ import (
 	"github.com/hybridlimit/hybrid/reconcile"
 )
 
-// optimistic decides for an Optimistic key whose budget could not pay for
-// cost; the caller tried it, and the key's breaker is closed.
+// optimistic decides for an Optimistic key whose budget fast could not
+// spend: the budget may have been renewed meanwhile, and pays if it can.
+// While the key's node is down, the fallback decides.
 //
 // A key this instance holds no view of learns its bucket first, with one
 // round trip that its concurrent requests share, and takes its budget from
@@ -28,13 +29,18 @@ import (
 // admit only a burst per round), paced like a lease fetch (see due); until
 // then it is denied here, told to retry when that budget is due.
 func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
+	if left, ok := e.Allowance.SpendLeft(cost); ok {
+		l.spent(e, sp, cost)
+		return l.allowed(e, sp, lim, left, SourceLocal), true, nil
+	}
+	if l.r.DegradedKey(e.Key()) {
+		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
+	}
 	v := e.View()
 	if v.Seen == 0 && !l.remembered(e.Key()) && l.r.Trust(e, sp, cost) {
 		// Its first request is admitted on trust, charged at the next
 		// round.
-		if !e.Pending.Add(cost) {
-			l.orphan(e, sp, cost)
-		}
+		l.spent(e, sp, cost)
 		l.r.Trusted(e)
 		l.stats.trusted.Add(1)
 		return l.allowed(e, sp, lim, 0, SourceLocal), true, nil
@@ -78,9 +84,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 			return Result{}, false, ctx.Err()
 		}
 		if left, ok := e.Allowance.SpendLeft(cost); ok {
-			if !e.Pending.Add(cost) {
-				l.orphan(e, sp, cost)
-			}
+			l.spent(e, sp, cost)
 			return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 		}
 		v = e.View()
@@ -106,9 +110,7 @@ func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconci
 		return l.fetchFailed(ctx, err, e, sp, lim, cost)
 	}
 	if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer
-		if !e.Pending.Add(cost) {
-			l.orphan(e, sp, cost)
-		}
+		l.spent(e, sp, cost)
 		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 	}
 	if e.Retired() {

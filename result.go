@@ -2,7 +2,6 @@ package hybrid
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"time"
 
@@ -176,58 +175,6 @@ const viewSlack = time.Microsecond
 // caller that retries at once would only be denied again.
 const minRetry = 100 * time.Microsecond
 
-// exact decides an Exact limit with one script call, through the breaker.
-func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
-	if l.r.DegradedKey(e.Key()) {
-		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
-	}
-	gr, err := l.once(ctx, e.Key(), sp, cost)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, false, ctx.Err()
-		}
-		l.stats.exactErrors.Add(1)
-		return l.unanswered(err, e, sp, lim, cost), true, nil
-	}
-	return l.decided(e, lim, gr), true, nil
-}
-
-// once decides cost micro-tokens of key under sp with one script call,
-// which goes with the other requests that need Redis now
-// (Reconciler.SettleNow), and returns what Redis decided.
-func (l *Limiter) once(ctx context.Context, key string, sp *reconcile.Spec, cost int64) (global.Result, error) {
-	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
-	s, err := global.Decision(key, glim, cost/local.Micro)
-	if err != nil {
-		return global.Result{}, err
-	}
-	rep, err := l.r.SettleNow(ctx, s)
-	if err == nil {
-		err = rep.Err
-	}
-	l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
-	if err != nil {
-		return global.Result{}, err
-	}
-	return global.Outcome(s, glim, rep), nil
-}
-
-// decided is the Result of an exact decision for e that Redis answered with
-// gr: it counts it and keeps the view of the bucket it brings.
-func (l *Limiter) decided(e *reconcile.Entry, lim Limit, gr global.Result) Result {
-	now := l.clock.Now()
-	if gr.Reset {
-		l.stats.exactResets.Add(1)
-	}
-	if gr.Allowed {
-		l.stats.exactAllowed.Add(1)
-	} else {
-		l.stats.exactDenied.Add(1)
-	}
-	l.r.SetView(e, local.View{Tokens: gr.Remaining * local.Micro, Seen: now})
-	return l.answered(lim, gr, now)
-}
-
 // answered is the Result of a decision that Redis answered with gr, read
 // at now.
 func (l *Limiter) answered(lim Limit, gr global.Result, now time.Duration) Result {
@@ -240,90 +187,5 @@ func (l *Limiter) answered(lim Limit, gr global.Result, now time.Duration) Resul
 		Source:     SourceRedis,
 		seen:       now,
 		clock:      &l.clock,
-	}
-}
-
-// Reservation is an allowed decision that can be taken back. Create one with
-// Reserve. It is safe for concurrent use.
-type Reservation struct {
-	l      *Limiter
-	key    string
-	e      *reconcile.Entry
-	sp     *reconcile.Spec
-	cost   int64
-	res    Result
-	cancel chan struct{} // closed by the first Cancel
-}
-
-// Reserve is AllowN that returns the decision as a Reservation, so that the
-// tokens of an allowed decision can be given back with Cancel (for a request
-// that was not served after all).
-func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
-	res, e, err := l.decide(ctx, key, lim, n, l.keys.Get(key))
-	if err != nil {
-		return nil, err
-	}
-	r := &Reservation{l: l, key: key, e: e, res: res, cost: n * local.Micro, cancel: make(chan struct{})}
-	if e != nil {
-		r.sp = e.X.Spec()
-	}
-	return r, nil
-}
-
-// OK reports whether the reservation was allowed.
-func (r *Reservation) OK() bool { return r.res.Allowed }
-
-// Result returns the decision.
-func (r *Reservation) Result() Result { return r.res }
-
-// Cancel gives the tokens of an allowed reservation back, in both tiers: to
-// this instance's allowance or local bucket, and through it to Redis, where
-// they were already charged. An Exact reservation's tokens go back to Redis
-// before Cancel returns, in one script call (at most the breaker's call
-// timeout), so that the key's next decision has them. It does nothing for a
-// denied reservation, or after the first call.
-func (r *Reservation) Cancel() {
-	if !r.res.Allowed {
-		return
-	}
-	select {
-	case <-r.cancel:
-		return
-	default:
-		close(r.cancel)
-	}
-	r.l.refund(r)
-}
-
-// refund gives a reservation's tokens back.
-func (l *Limiter) refund(r *Reservation) {
-	e, sp, cost := r.e, r.sp, r.cost
-	if e == nil || sp == nil {
-		return
-	}
-	switch {
-	case r.res.Source == SourceFallback:
-		// Taken from the local bucket and recorded as consumption.
-		now := l.clock.Now()
-		e.PutAt(now, l.shareOf(sp), cost)
-		l.uncharge(e, sp, cost)
-	case sp.Mode == Exact:
-		l.r.ReturnNow(r.key, sp, cost) // charged in Redis by the script call: back there before the next decision
-	case sp.Mode == Lease:
-		if !e.Allowance.Add(cost) { // leased, so charged: back to Redis
-			l.r.Return(r.key, sp, cost)
-		}
-	case sp.Mode == Optimistic:
-		e.Allowance.Add(cost)
-		l.uncharge(e, sp, cost)
-	}
-	l.stats.refunds.Add(1)
-}
-
-// uncharge takes cost back from e's unsettled consumption, or from Redis
-// if it was settled already.
-func (l *Limiter) uncharge(e *reconcile.Entry, sp *reconcile.Spec, cost int64) {
-	if rest := cost - e.Pending.TakeUpTo(cost); rest > 0 {
-		l.r.Return(e.Key(), sp, rest)
 	}
 }
