@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/hybridlimit/hybrid/global"
 )
@@ -93,10 +92,10 @@ func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global
 	return rep, err
 }
 
-// settleNowUntil is SettleNow that also gives up when timeout fires (with
+// settleNowUntil is SettleNow that also gives up at timeout (with
 // ErrNoAnswer). A caller that gave up, on timeout or ctx, gets the waiter
 // of its settlement, still in its batch (see settleWait).
-func (r *Reconciler) settleNowUntil(ctx context.Context, s global.Settlement, timeout <-chan time.Time) (global.Reply, *waiter, error) {
+func (r *Reconciler) settleNowUntil(ctx context.Context, s global.Settlement, timeout *deadline) (global.Reply, *waiter, error) {
 	if s.Seq == 0 {
 		// Soon after an outage, numbered to carry its start: an exact
 		// decision may be the first write once Redis is back (see
@@ -139,14 +138,14 @@ func broken(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
-// settleWait is SettleNow's one call, which also gives up when timeout fires (with
+// settleWait is SettleNow's one call, which also gives up at timeout (with
 // ErrNoAnswer). A caller that gave up gets the waiter of its settlement,
 // still in its batch (nil otherwise): its done receives one value once the
 // batch is back, and reply then returns the outcome. A caller with a
 // timeout does not send its batch itself if the call may take longer than
 // it waits (ColdWait below the breaker's call timeout): it hands it to the
 // node's flushers.
-func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeout <-chan time.Time) (global.Reply, *waiter, error) {
+func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeout *deadline) (global.Reply, *waiter, error) {
 	if r.Closed() {
 		return global.Reply{}, nil, ErrClosed
 	}
@@ -185,7 +184,7 @@ func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeou
 		case <-w.done:
 		case <-ctx.Done():
 			return global.Reply{}, w, ctx.Err() // w stays with its batch
-		case <-timeout:
+		case <-timeout.c():
 			return global.Reply{}, w, ErrNoAnswer
 		}
 	}

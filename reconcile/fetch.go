@@ -156,7 +156,7 @@ func (r *Reconciler) fetch(e *Entry, cost int64, lw *leadWait) error {
 		rep, err := r.settleOne(sp, s)
 		return r.fetched(&fc, rep, err)
 	}
-	rep, w, err := r.settleNowUntil(lw.ctx, s, lw.timeout)
+	rep, w, err := r.settleNowUntil(lw.ctx, s, &lw.timeout)
 	if w == nil {
 		rep, err = r.answered(sp, &s, rep, err)
 		return r.fetched(&fc, rep, err)

@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // A key's fetches go one at a time, and the requests that come while one is
@@ -177,10 +176,9 @@ func (r *Reconciler) leadFetch(ctx context.Context, e *Entry, cost int64, fl *fl
 		return ErrClosed
 	}
 	e.X.flags.Or(flagFetching)
-	t := r.timer(r.cfg.ColdWait)
-	lw := &leadWait{ctx: ctx, timeout: t.C, fl: fl}
+	lw := &leadWait{ctx: ctx, timeout: deadline{r: r, wait: r.cfg.ColdWait}, fl: fl}
 	err := r.fetch(e, cost, lw)
-	r.putTimer(t)
+	lw.timeout.stop()
 	if !lw.late {
 		r.fly(e, fl, err)
 	}
@@ -189,11 +187,11 @@ func (r *Reconciler) leadFetch(ctx context.Context, e *Entry, cost int64, fl *fl
 }
 
 // leadWait is how long a fetch's leader waits for its reply: until timeout
-// fires or ctx is done. late is set if it gave up: the flight lands once the
+// or until ctx is done. late is set if it gave up: the flight lands once the
 // reply has been applied.
 type leadWait struct {
 	ctx     context.Context
-	timeout <-chan time.Time
+	timeout deadline
 	fl      *flight
 	late    bool
 }

@@ -61,6 +61,10 @@ type journal struct {
 	// longer than the journal's span, and a loss is seen only once a node
 	// answers again.
 	pinFrom, pinUntil int64
+	// spare is the map of the last slot dropped, emptied, for the next
+	// slot: a long tail fills a slot's map with thousands of keys, which
+	// made anew each slot, and collected, cost as much as filling it.
+	spare map[string]took
 }
 
 // slot is what the settlements whose replies came in one journalSlot took,
@@ -140,11 +144,16 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 		}
 		// Sized as the slot before it ended: a steady flow of new keys
 		// fills it without growing it step by step.
-		hint := 0
-		if k >= 0 {
-			hint = len(j.slots[k].took)
+		m := j.spare
+		j.spare = nil
+		if m == nil {
+			hint := 0
+			if k >= 0 {
+				hint = len(j.slots[k].took)
+			}
+			m = make(map[string]took, hint)
 		}
-		j.slots = append(j.slots, slot{start: start, took: make(map[string]took, hint)})
+		j.slots = append(j.slots, slot{start: start, took: m})
 		k = len(j.slots) - 1
 	}
 	id := journalID(s.Key, node)
@@ -184,6 +193,10 @@ func (j *journal) dropLocked(now int64, span time.Duration, keep int) {
 	drop := 0
 	for drop < len(j.slots)-keep && (j.slots[drop].start+journalSlot.Microseconds() < cut || j.n > journalMax) {
 		j.n -= len(j.slots[drop].took)
+		if j.spare == nil {
+			clear(j.slots[drop].took)
+			j.spare = j.slots[drop].took
+		}
 		drop++
 	}
 	if drop > 0 {

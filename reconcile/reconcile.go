@@ -530,3 +530,33 @@ func (r *Reconciler) putTimer(t *time.Timer) {
 	t.Stop()
 	r.timers.Put(t)
 }
+
+// deadline is how long a caller waits for a settlement's reply, with a
+// timer made only once it must wait: most replies come back with the call
+// the caller makes itself (see settleWait), and a timer set and stopped
+// for each would cost a cold decision more than its map lookups.
+type deadline struct {
+	r    *Reconciler
+	wait time.Duration
+	t    *time.Timer
+}
+
+// c returns the channel that fires wait after its first call, nil for no
+// deadline.
+func (d *deadline) c() <-chan time.Time {
+	if d == nil {
+		return nil
+	}
+	if d.t == nil {
+		d.t = d.r.timer(d.wait)
+	}
+	return d.t.C
+}
+
+// stop gives d's timer back, if it made one.
+func (d *deadline) stop() {
+	if d != nil && d.t != nil {
+		d.r.putTimer(d.t)
+		d.t = nil
+	}
+}

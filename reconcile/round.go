@@ -108,6 +108,13 @@ func (r *Reconciler) round(ctx context.Context) {
 			waiting += e.Pending.Load()
 			continue
 		}
+		if sp.Mode == Lease && spends == 0 && e.X.flags.Load()&(flagStarved|flagUntouched|flagReserved|flagPrepaid) == 0 &&
+			e.Allowance.Load() == 0 && e.Pending.Load() == 0 {
+			// A lease key that holds nothing, and was not starved: a
+			// request's one-shot take, the long tail's every key. Nothing
+			// to charge, give back or size.
+			continue
+		}
 		claim := sp.Mode == Optimistic
 		if claim && e.X.firstPending() {
 			// Its first request is being admitted on trust: a first budget
