@@ -17,8 +17,10 @@ import (
 // needs Redis. The Limiter in lease and exact modes, beside
 // go-redis/redis_rate on a plain client and on an auto-pipelined one, on the
 // same server, 10 a minute with a burst of 20 (never denied). Reports the
-// client's allocations with -benchmem; Redis's own cost per decision is in
-// hybridbench -passes (bench/README.md).
+// process's CPU time per decision (cpu-µs/op, every goroutine's, the
+// client's and the runtime's: what a decision costs the host beside its
+// wait for Redis), and the client's allocations with -benchmem; Redis's own
+// cost per decision is in hybridbench -passes (bench/README.md).
 //
 //	go test -run '^$' -bench ColdKeys -benchmem -count 6 . | tee cold.txt
 //	benchstat -col /impl cold.txt
@@ -30,6 +32,12 @@ func BenchmarkColdKeys(b *testing.B) {
 	run := func(b *testing.B, decide func(ctx context.Context, key string) (bool, error), prefix string) {
 		b.SetParallelism(16) // 32 goroutines on 2 cores
 		b.ResetTimer()
+		cpu0, cpuOK := processCPU()
+		defer func() {
+			if cpu1, ok := processCPU(); ok && cpuOK {
+				b.ReportMetric(float64(cpu1-cpu0)/1e3/float64(b.N), "cpu-µs/op")
+			}
+		}()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
 			for pb.Next() {

@@ -41,6 +41,7 @@ func (r *Reconciler) takeDoubts() {
 	} else {
 		clear(r.fetchDoubts)
 	}
+	r.nfetchDoubts.Store(0)
 	r.mu.Unlock()
 	n := len(r.doubts)
 	r.clearInDoubt(n)

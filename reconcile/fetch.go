@@ -42,10 +42,16 @@ func (r *Reconciler) fetch(e *Entry, cost int64, lw *leadWait) error {
 	o := owner{e: e, sp: sp}
 	first := e.View().Seen == 0
 	ahead := false // a lease turn taken ahead (see Ahead)
-	r.mu.Lock()
-	d, resend := r.fetchDoubts[s.Key]
-	delete(r.fetchDoubts, s.Key)
-	r.mu.Unlock()
+	var d doubt
+	resend := false
+	if r.nfetchDoubts.Load() > 0 {
+		r.mu.Lock()
+		if d, resend = r.fetchDoubts[s.Key]; resend {
+			delete(r.fetchDoubts, s.Key)
+			r.nfetchDoubts.Store(int64(len(r.fetchDoubts)))
+		}
+		r.mu.Unlock()
+	}
 	if resend && r.clock.Now()-d.o.since > maxDoubt {
 		// Given up: its consumption is charged anew (twice at worst,
 		// which errs towards denying), its give-back dropped.
@@ -282,6 +288,7 @@ func (r *Reconciler) fetchDoubt(d doubt) {
 		r.fetchDoubts[d.s.Key] = d
 		gone = old
 	}
+	r.nfetchDoubts.Store(int64(len(r.fetchDoubts)))
 	r.mu.Unlock()
 	if ok {
 		r.unapplied(&gone.s, gone.o)

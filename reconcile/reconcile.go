@@ -194,6 +194,7 @@ type Reconciler struct {
 	mu             sync.Mutex // protects orphans, fetchDoubts, spare, orphanConsumed, low and closed
 	orphans        map[string]orphan
 	fetchDoubts    map[string]doubt  // by key, the last fetch whose reply was lost: the key's next fetch or round sends it again
+	nfetchDoubts   atomic.Int64      // len(fetchDoubts), for a fetch to skip r.mu when it is 0
 	spare          map[string]orphan // an empty map for the next swap of orphans, or nil
 	orphanConsumed int64             // the sum of the orphans' consumed
 	norphans       atomic.Int64      // len(orphans), written under mu

@@ -108,11 +108,12 @@ func (r *Reconciler) round(ctx context.Context) {
 			waiting += e.Pending.Load()
 			continue
 		}
-		if sp.Mode == Lease && spends == 0 && e.X.flags.Load()&(flagStarved|flagUntouched|flagReserved|flagPrepaid) == 0 &&
+		if sp.Mode != Optimistic && spends == 0 && e.X.flags.Load()&(flagStarved|flagUntouched|flagReserved|flagPrepaid) == 0 &&
 			e.Allowance.Load() == 0 && e.Pending.Load() == 0 {
-			// A lease key that holds nothing, and was not starved: a
-			// request's one-shot take, the long tail's every key. Nothing
-			// to charge, give back or size.
+			// A lease key that holds nothing, and was not starved (a
+			// request's one-shot take, the long tail's every key), or an
+			// exact key with nothing the fallback admitted: nothing to
+			// charge, give back or size.
 			continue
 		}
 		claim := sp.Mode == Optimistic

@@ -76,13 +76,23 @@ func (s *sides) addDemand(e *Entry, d int64) {
 	sh.mu.Lock()
 	sd := sh.get(e, true)
 	sd.demand += d
+	if sd.demand != 0 {
+		e.X.flags.Or(flagDemand)
+	} else {
+		e.X.flags.And(^flagDemand)
+	}
 	sh.drop(e, sd)
 	sh.mu.Unlock()
 }
 
 // demand returns what the requests waiting for a lease fetch of e's key
-// need.
-func (s *sides) demand(e *Entry) int64 { return s.load(e).demand }
+// need: none, without a lock, for a key nobody waits for.
+func (s *sides) demand(e *Entry) int64 {
+	if e.X.flags.Load()&flagDemand == 0 {
+		return 0
+	}
+	return s.load(e).demand
+}
 
 // load returns a copy of e's side, the zero side if it has none.
 func (s *sides) load(e *Entry) side {

@@ -110,6 +110,7 @@ const (
 	flagPrepaid                      // the key's side may hold a prepaid grant (see sides)
 	flagUntouched                    // a round found the key untouched and kept its lease (see settlement)
 	flagReserved                     // the key's side may hold a turn taken ahead (see Reserve)
+	flagDemand                       // the key's side may hold what requests waiting for its fetch need (see AddDemand)
 )
 
 // LockSpec serialises changes of the key's spec: whoever changes it adjusts
