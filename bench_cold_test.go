@@ -9,6 +9,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 
 	"github.com/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybrid/internal/proccpu"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
@@ -32,9 +33,9 @@ func BenchmarkColdKeys(b *testing.B) {
 	run := func(b *testing.B, decide func(ctx context.Context, key string) (bool, error), prefix string) {
 		b.SetParallelism(16) // 32 goroutines on 2 cores
 		b.ResetTimer()
-		cpu0, cpuOK := processCPU()
+		cpu0, cpuOK := proccpu.Used()
 		defer func() {
-			if cpu1, ok := processCPU(); ok && cpuOK {
+			if cpu1, ok := proccpu.Used(); ok && cpuOK {
 				b.ReportMetric(float64(cpu1-cpu0)/1e3/float64(b.N), "cpu-µs/op")
 			}
 		}()

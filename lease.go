@@ -12,12 +12,12 @@ import (
 // lease may have been topped up meanwhile, and pays if it can, from the
 // stripes too. While the key's node is down, the fallback decides.
 //
-// Then a turn the key took ahead decides first (reserved), then the view of the
-// bucket, while it is fresh, denies here what a fetch could not bring
-// (heldBack). Otherwise the request fetches: a fetch is shared with the
-// concurrent requests for the key; while Redis still has tokens after it,
-// the ones it did not cover fetch again with a larger lease, and at last
-// take their cost for themselves.
+// Then a turn the key took ahead decides first (reserved), then the view
+// of the bucket, while it is fresh, denies here what a fetch could not
+// bring (heldBack). Otherwise the request fetches: a fetch is shared with
+// the concurrent requests for the key; while Redis still has tokens after
+// it, the ones it did not cover fetch again with a larger lease, and at
+// last take their cost for themselves.
 func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
 	if left, ok := e.Allowance.SpendLeftShared(cost); ok {
 		return l.allowed(e, sp, lim, left, SourceLocal), true, nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/proccpu"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,7 +46,7 @@ func (r *run) redisBefore(ctx context.Context) {
 // long tail: cpuSince tells what it used from then on.
 func (r *run) cpuStart() {
 	if r.sc.Passes > 0 {
-		r.tail.cpu0, r.tail.cpuOK = processCPU()
+		r.tail.cpu0, r.tail.cpuOK = proccpu.Used()
 	}
 }
 
@@ -55,7 +56,7 @@ func (r *run) cpuSince() time.Duration {
 	if !r.tail.cpuOK {
 		return 0
 	}
-	cpu, ok := processCPU()
+	cpu, ok := proccpu.Used()
 	if !ok {
 		return 0
 	}

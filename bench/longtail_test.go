@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybrid/internal/proccpu"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
@@ -115,7 +116,7 @@ func checkTail(t *testing.T, sc Scenario, rep Report) {
 	if lt.KeysExact != sc.Keys || lt.Passes != sc.Passes {
 		t.Errorf("%s: %d keys asked exactly %d times, want all %d", rep.Mode, lt.KeysExact, lt.Passes, sc.Keys)
 	}
-	if _, ok := processCPU(); ok && lt.ProcessCPUPerDecision <= 0 {
+	if _, ok := proccpu.Used(); ok && lt.ProcessCPUPerDecision <= 0 {
 		t.Errorf("%s: ProcessCPUPerDecision = %v, want the fleet's CPU time measured", rep.Mode, lt.ProcessCPUPerDecision)
 	}
 	// No key nears B + R*T, so none is saturated, and every ask is admitted.

@@ -1,15 +1,15 @@
 //go:build unix
 
-package hybrid_test
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time this process has used so far, user and
-// system; false if the system cannot tell.
-func processCPU() (time.Duration, bool) {
+// Used returns the CPU time this process has used so far, user and system;
+// false if the system cannot tell.
+func Used() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false

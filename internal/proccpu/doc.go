@@ -1,0 +1,3 @@
+// Package proccpu reads the CPU time the process has used, for the
+// benchmarks' figures of a decision's cost to its host.
+package proccpu
