@@ -46,6 +46,9 @@ func (l *Limiter) left(e *reconcile.Entry, pending int64) {
 	if sp == nil || l.fb.kind == failOpen || l.fb.kind == failClosed {
 		return // never used, or a policy with no buckets
 	}
+	if l.r.Closed() {
+		return // Close drains the store: no decision reads the ledger again
+	}
 	share := l.shareOf(sp)
 	now := l.clock.Now()
 	s := l.seed(e, sp, share, now, pending)
