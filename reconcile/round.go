@@ -108,14 +108,6 @@ func (r *Reconciler) round(ctx context.Context) {
 			waiting += e.Pending.Load()
 			continue
 		}
-		if sp.Mode != Optimistic && spends == 0 && e.X.flags.Load()&(flagStarved|flagUntouched|flagReserved|flagPrepaid) == 0 &&
-			e.Allowance.Load() == 0 && e.Pending.Load() == 0 {
-			// A lease key that holds nothing, and was not starved (a
-			// request's one-shot take, the long tail's every key), or an
-			// exact key with nothing the fallback admitted: nothing to
-			// charge, give back or size.
-			continue
-		}
 		claim := sp.Mode == Optimistic
 		if claim && e.X.firstPending() {
 			// Its first request is being admitted on trust: a first budget

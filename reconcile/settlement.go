@@ -27,6 +27,14 @@ type owner struct {
 // e; restore puts them back if the round fails. ok is false when there is
 // nothing to settle.
 func (r *Reconciler) settlement(e *Entry, sp *Spec, touched bool, used int64) (s global.Settlement, ok bool) {
+	if sp.Mode != Optimistic && used == 0 && e.X.flags.Load()&(flagStarved|flagUntouched|flagReserved|flagPrepaid) == 0 &&
+		e.Allowance.Load() == 0 && e.Pending.Load() == 0 {
+		// A lease key that holds nothing, and was not starved (a
+		// request's one-shot take, the long tail's every key), or an
+		// exact key with nothing the fallback admitted: nothing to
+		// charge, give back or size, and no settlement to build.
+		return s, false
+	}
 	// Costs are whole tokens: lease grants are too, so that no instance
 	// holds a fraction it cannot spend while others could.
 	s = global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Quantum: local.Micro}
