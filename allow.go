@@ -22,7 +22,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Result, err
 //
 // A changed lim for a key takes effect at once. A denial is a Result with
 // Allowed false; errors are for an invalid key, limit or cost, a done ctx
-// and a closed Limiter.
+// and a closed Limiter. n of 0 takes nothing and reports the key's state:
+// it is Peek(ctx, key, lim, 0).
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (res Result, err error) {
 	e := l.keys.Get(key)
 	if _, ok := l.fast(&res, key, lim, n, e); ok {
@@ -120,6 +121,10 @@ func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *r
 		if sp, err = l.spec(lim); err != nil {
 			return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
 		}
+	}
+	if n == 0 { // takes nothing: a peek, as go-redis/redis_rate answers it
+		res, err := l.peek(ctx, key, e, sp, lim, 0)
+		return res, nil, err
 	}
 	cost, err := sp.Limit.Cost(n)
 	if err != nil {

@@ -2,11 +2,13 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
 	"github.com/go-redis/redis_rate/v10"
+	"golang.org/x/time/rate"
 
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/internal/proccpu"
@@ -83,5 +85,130 @@ func BenchmarkColdKeys(b *testing.B) {
 			res, err := rl.Allow(ctx, key, rr)
 			return res != nil && res.Allowed > 0, err
 		}, "cold-rrap-")
+	})
+}
+
+// BenchmarkPeek: a peek against the decision it foretells, and against
+// go-redis/redis_rate's peek (AllowN with 0), on the same real redis-server
+// (skipped without one), from 32 goroutines: at cold keys, each peeked at
+// once (one read of Redis each), and at one hot key this instance holds a
+// lease for (no round trip), beside x/time/rate's Tokens.
+//
+//	go test -run '^$' -bench Peek -benchmem -count 6 . | tee peek.txt
+//	benchstat -col /impl peek.txt
+func BenchmarkPeek(b *testing.B) {
+	p := redistest.Server(b)
+	limit := hybrid.Limit{Rate: 10.0 / 60, Burst: 20}
+	var seq atomic.Int64
+	key := func(prefix string) string { return prefix + strconv.FormatInt(seq.Add(1), 10) }
+	run := func(b *testing.B, decide func(ctx context.Context, key string) error, prefix string) {
+		b.SetParallelism(16) // 32 goroutines on 2 cores
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if err := decide(ctx, key(prefix)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Exact} {
+		lim := limit
+		lim.Mode = mode
+		b.Run("cold/impl=peek-"+mode.String(), func(b *testing.B) {
+			l := benchLimiter(b, redistest.Client(b, p), hybrid.Config{})
+			run(b, func(ctx context.Context, key string) error {
+				_, err := l.Peek(ctx, key, lim, 1)
+				return err
+			}, "peek-"+mode.String()+"-")
+		})
+		b.Run("cold/impl=allow-"+mode.String(), func(b *testing.B) {
+			l := benchLimiter(b, redistest.Client(b, p), hybrid.Config{})
+			run(b, func(ctx context.Context, key string) error {
+				_, err := l.Allow(ctx, key, lim)
+				return err
+			}, "allow-"+mode.String()+"-")
+		})
+	}
+	rr := redis_rate.Limit{Rate: 10, Burst: 20, Period: 60e9}
+	b.Run("cold/impl=redis_rate", func(b *testing.B) {
+		rl := redis_rate.NewLimiter(redistest.Client(b, p))
+		run(b, func(ctx context.Context, key string) error {
+			_, err := rl.AllowN(ctx, key, rr, 0)
+			return err
+		}, "rr-")
+	})
+	b.Run("cold/impl=redis_rate_ap", func(b *testing.B) {
+		ap, err := redistest.Client(b, p).AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ap.Close() })
+		rl := redis_rate.NewLimiter(ap)
+		run(b, func(ctx context.Context, key string) error {
+			_, err := rl.AllowN(ctx, key, rr, 0)
+			return err
+		}, "rrap-")
+	})
+	// A key in use: every other request of each goroutine is a peek, so
+	// that the key keeps its lease; against requests that are all
+	// decisions, and x/time/rate's Allow and Tokens alike.
+	hot := hybrid.Limit{Rate: 1e9, Burst: 1e9}
+	hotRun := func(b *testing.B, allow, peek func(ctx context.Context) error) {
+		b.SetParallelism(16)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for i := 0; pb.Next(); i++ {
+				f := allow
+				if i%2 == 1 {
+					f = peek
+				}
+				if err := f(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	hl := benchLimiter(b, redistest.Client(b, p), hybrid.Config{})
+	hotAllow := func(ctx context.Context) error {
+		res, err := hl.Allow(ctx, "hot", hot)
+		if err == nil && !res.Allowed {
+			err = errors.New("a hot key's request denied")
+		}
+		return err
+	}
+	b.Run("hot/impl=allow-peek", func(b *testing.B) {
+		for i := 0; i < 1e5; i++ { // until the key holds a lease
+			if res, err := hl.Peek(context.Background(), "hot", hot, 1); err == nil && res.Source == hybrid.SourceLocal {
+				break
+			}
+			if err := hotAllow(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var remote atomic.Int64 // peeks that found the lease dry
+		hotRun(b, hotAllow, func(ctx context.Context) error {
+			res, err := hl.Peek(ctx, "hot", hot, 1)
+			if res.Source != hybrid.SourceLocal {
+				remote.Add(1)
+			}
+			return err
+		})
+		b.ReportMetric(float64(remote.Load())/float64(b.N), "redis-peeks/op")
+	})
+	b.Run("hot/impl=allow-allow", func(b *testing.B) { hotRun(b, hotAllow, hotAllow) })
+	rl := rate.NewLimiter(rate.Limit(1e9), 1e9)
+	b.Run("hot/impl=x-time-rate", func(b *testing.B) {
+		hotRun(b, func(context.Context) error {
+			rl.Allow()
+			return nil
+		}, func(context.Context) error {
+			rl.Tokens()
+			return nil
+		})
 	})
 }

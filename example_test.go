@@ -139,3 +139,35 @@ func ExampleLimiter_Wait() {
 	// first job: <nil>
 	// second job would wait: true
 }
+
+func ExampleLimiter_Peek() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// Ten exports an hour; a quota page shows what is left, and takes none.
+	exports := hybrid.Limit{Rate: 10.0 / 3600, Burst: 10, Mode: hybrid.Exact}
+	ctx := context.Background()
+	for range 7 {
+		if _, err := lim.Allow(ctx, "tenant:7", exports); err != nil {
+			panic(err)
+		}
+	}
+	res, err := lim.Peek(ctx, "tenant:7", exports, 5)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("left:", res.Remaining)
+	fmt.Println("5 more now:", res.Allowed)
+	fmt.Println("5 more in:", res.RetryAfter.Round(time.Minute))
+	// Output:
+	// left: 3
+	// 5 more now: false
+	// 5 more in: 12m0s
+}

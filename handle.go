@@ -78,6 +78,11 @@ func (h *Handle) WaitN(ctx context.Context, n int64) error {
 	return h.l.WaitN(ctx, h.key, h.lim, n)
 }
 
+// Peek is Limiter.Peek(ctx, h.Key(), h.Limit(), n).
+func (h *Handle) Peek(ctx context.Context, n int64) (Result, error) {
+	return h.l.Peek(ctx, h.key, h.lim, n)
+}
+
 // Reserve is Limiter.Reserve(ctx, h.Key(), h.Limit(), n).
 func (h *Handle) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 	return h.l.Reserve(ctx, h.key, h.lim, n)

@@ -90,8 +90,8 @@ func TestHandle(t *testing.T) {
 				if _, err := l.Handle("k", hybrid.Limit{Rate: -1, Burst: 1}); !errors.Is(err, hybrid.ErrInvalidLimit) {
 					t.Fatalf("Handle of a negative rate: %v, want ErrInvalidLimit", err)
 				}
-				if _, err := h.AllowN(ctx, 0); !errors.Is(err, hybrid.ErrInvalidCost) {
-					t.Fatalf("AllowN(0): %v, want ErrInvalidCost", err)
+				if _, err := h.AllowN(ctx, -1); !errors.Is(err, hybrid.ErrInvalidCost) {
+					t.Fatalf("AllowN(-1): %v, want ErrInvalidCost", err)
 				}
 				if err := l.Close(ctx); err != nil {
 					t.Fatal(err)

@@ -103,7 +103,6 @@ func TestValidation(t *testing.T) {
 		{"burst above 1e9", nil, hybrid.Limit{Rate: 10, Burst: 1e9 + 1}, 1, hybrid.ErrInvalidLimit},
 		{"mode 3", nil, hybrid.Limit{Rate: 10, Burst: 10, Mode: 3}, 1, hybrid.ErrInvalidLimit},
 		{"mode 255", nil, hybrid.Limit{Rate: 10, Burst: 10, Mode: 255}, 1, hybrid.ErrInvalidLimit},
-		{"cost 0", nil, ok, 0, hybrid.ErrInvalidCost},
 		{"cost negative", nil, ok, -1, hybrid.ErrInvalidCost},
 		{"cost above burst", nil, ok, 11, hybrid.ErrInvalidCost},
 		{"cost far above burst", nil, ok, math.MaxInt64, hybrid.ErrInvalidCost},
@@ -162,6 +161,27 @@ func TestValidation(t *testing.T) {
 		if got := l.Stats().Reconcile.Keys; got != keys {
 			t.Errorf("the invalid calls left %d keys tracked, want %d", got, keys)
 		}
+		// 0 tokens is valid and takes nothing: AllowN and Reserve peek (as
+		// go-redis/redis_rate's AllowN does), WaitN returns at once (as
+		// x/time/rate's does).
+		for _, key := range []string{"known", "cold"} {
+			ctx := context.Background()
+			if res, err := l.AllowN(ctx, key, ok, 0); err != nil || !res.Allowed {
+				t.Errorf("AllowN(%s, 0) = %+v, %v; want a peek, allowed", key, res, err)
+			}
+			if r, err := l.Reserve(ctx, key, ok, 0); err != nil || !r.OK() {
+				t.Errorf("Reserve(%s, 0) = %v; want a peek, allowed", key, err)
+			} else {
+				r.Cancel() // nothing to give back
+			}
+			if err := l.WaitN(ctx, key, ok, 0); err != nil {
+				t.Errorf("WaitN(%s, 0) = %v, want nil", key, err)
+			}
+		}
+		if res, err := l.Peek(context.Background(), "known", ok, 9); err != nil || !res.Allowed || res.Remaining != 9 {
+			t.Errorf("after the peeks: Peek(known, 9) = %+v, %v; want allowed, the 9 left", res, err)
+		}
+
 		// The bounds themselves are valid.
 		for _, lim := range []hybrid.Limit{{Rate: 1e9, Burst: 1e9}, {Rate: 1e-6, Burst: 1}} {
 			if _, err := l.AllowN(context.Background(), strings.Repeat("k", 1024), lim, lim.Burst); err != nil {

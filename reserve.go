@@ -21,7 +21,8 @@ type Reservation struct {
 
 // Reserve is AllowN that returns the decision as a Reservation, so that the
 // tokens of an allowed decision can be given back with Cancel (for a request
-// that was not served after all).
+// that was not served after all). n of 0 takes nothing, and leaves nothing
+// to cancel: a peek, as AllowN's.
 func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
 	res, e, err := l.decide(ctx, key, lim, n, l.keys.Get(key))
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/hybridlimit/hybrid/internal/limit"
 )
 
 // Wait blocks until one token may be taken for key under lim, and takes it.
@@ -14,7 +16,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 
 // WaitN blocks until n tokens may be taken for key under lim, and takes them.
 // It returns ctx's error if ctx ends first, and ErrWouldWait at once if ctx's
-// deadline comes before the limiter expects the tokens.
+// deadline comes before the limiter expects the tokens. n of 0 returns nil
+// at once.
 //
 // A denied WaitN sleeps until the tokens are due (the denial's RetryAfter:
 // the bucket's refill, not the next round). The WaitN calls of one key on
@@ -22,6 +25,15 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 // it are due too, so that they wake one by one as the bucket refills rather
 // than all at once whenever a token is due.
 func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
+	if n == 0 { // nothing to wait for, as x/time/rate's WaitN: the key and limit checked
+		if err := limit.CheckKey(key); err != nil {
+			return fmt.Errorf("hybrid: %w", err)
+		}
+		if _, err := l.spec(lim); err != nil {
+			return fmt.Errorf("hybrid: key %q: %w", key, err)
+		}
+		return nil
+	}
 	var t *time.Timer
 	inLine, hadTurn := false, false
 	defer func() {

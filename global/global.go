@@ -84,6 +84,7 @@ type Limiter struct {
 	script   *redis.Script
 	fleet    *redis.Script // lua.Heartbeat
 	witness  *redis.Script // lua.Witness
+	peek     *redis.Script // lua.Peek
 }
 
 // New returns a Limiter that keeps its buckets in rdb.
@@ -105,6 +106,7 @@ func New(rdb Client, cfg Config) (*Limiter, error) {
 		script:   redis.NewScript(lua.Settle),
 		fleet:    redis.NewScript(lua.Heartbeat),
 		witness:  redis.NewScript(lua.Witness),
+		peek:     redis.NewScript(lua.Peek),
 	}, nil
 }
 

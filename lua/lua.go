@@ -44,3 +44,12 @@ var Heartbeat string
 //
 //go:embed witness.lua
 var Witness string
+
+// Peek is the source of peek.lua: what the bucket kept in KEYS[1] holds now,
+// read without writing anything. With ARGV rate and burst (micro-tokens per
+// second and micro-tokens) it replies {tokens, now_us}: the bucket refilled
+// to Redis TIME as Settle would refill it, a missing or unreadable key read
+// as a full bucket.
+//
+//go:embed peek.lua
+var Peek string
