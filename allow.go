@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -108,19 +107,9 @@ func (l *Limiter) leased(res *Result, lim Limit, left int64, e *reconcile.Entry,
 // limit, an Exact limit, or fallback mode. e is the key's entry as looked up
 // already, or nil.
 func (l *Limiter) slow(ctx context.Context, key string, lim Limit, n int64, e *reconcile.Entry) (Result, *reconcile.Entry, error) {
-	var sp *reconcile.Spec
-	if e != nil { // a valid key: skip its checks
-		if esp := e.X.Spec(); esp != nil && esp.Is(lim.Rate, lim.Burst, lim.Mode) {
-			sp = esp
-		}
-	} else if err := limit.CheckKey(key); err != nil {
-		return Result{}, nil, fmt.Errorf("hybrid: %w", err)
-	}
-	if sp == nil {
-		var err error
-		if sp, err = l.spec(lim); err != nil {
-			return Result{}, nil, fmt.Errorf("hybrid: key %q: %w", key, err)
-		}
+	sp, err := l.specFor(key, lim, e)
+	if err != nil {
+		return Result{}, nil, err
 	}
 	if n == 0 { // takes nothing: a peek, as go-redis/redis_rate answers it
 		res, err := l.peek(ctx, key, e, sp, lim, 0)

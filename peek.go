@@ -30,19 +30,9 @@ import (
 // outside [0, burst], a done ctx and a closed Limiter.
 func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int64) (Result, error) {
 	e := l.keys.Get(key)
-	var sp *reconcile.Spec
-	if e != nil { // a valid key: skip its checks, and its limit's if the same
-		if esp := e.X.Spec(); esp != nil && esp.Is(lim.Rate, lim.Burst, lim.Mode) {
-			sp = esp
-		}
-	} else if err := limit.CheckKey(key); err != nil {
-		return Result{}, fmt.Errorf("hybrid: %w", err)
-	}
-	if sp == nil {
-		var err error
-		if sp, err = l.spec(lim); err != nil {
-			return Result{}, fmt.Errorf("hybrid: key %q: %w", key, err)
-		}
+	sp, err := l.specFor(key, lim, e)
+	if err != nil {
+		return Result{}, err
 	}
 	return l.peek(ctx, key, e, sp, lim, n)
 }

@@ -1,6 +1,30 @@
 package hybrid
 
-import "github.com/hybridlimit/hybrid/reconcile"
+import (
+	"fmt"
+
+	"github.com/hybridlimit/hybrid/internal/limit"
+	"github.com/hybridlimit/hybrid/reconcile"
+)
+
+// specFor validates key and lim for a request on key, whose entry e is as
+// looked up already (nil if none), and returns lim's spec: e's own when it
+// is kept under lim (a valid key then, whose checks are skipped), else the
+// interned one.
+func (l *Limiter) specFor(key string, lim Limit, e *reconcile.Entry) (*reconcile.Spec, error) {
+	if e != nil {
+		if sp := e.X.Spec(); sp != nil && sp.Is(lim.Rate, lim.Burst, lim.Mode) {
+			return sp, nil
+		}
+	} else if err := limit.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	sp, err := l.spec(lim)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: key %q: %w", key, err)
+	}
+	return sp, nil
+}
 
 // spec returns the interned spec of lim, validating it the first time. A
 // known limit is found without a lock.

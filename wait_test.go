@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hybridlimit/hybrid"
@@ -152,5 +154,185 @@ func TestWaitOffRound(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestWaitAhead: a lone waiter takes its token when it asks and sleeps until
+// it is due: it gets as many tokens as x/time/rate's Wait in the same time,
+// in every mode, at every limit the issue names.
+func TestWaitAhead(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		for _, lim := range []hybrid.Limit{{Rate: 200, Burst: 1}, {Rate: 1000, Burst: 1}, {Rate: 1000, Burst: 10}, {Rate: 50, Burst: 1}} {
+			lim.Mode = mode
+			t.Run(fmt.Sprintf("%v/%v-%d", mode, lim.Rate, lim.Burst), func(t *testing.T) {
+				inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+					l := f.lims[0]
+					decisions := func() uint64 {
+						st := l.Stats()
+						return st.LocalAllowed + st.LocalDenied + st.RedisAllowed + st.RedisDenied
+					}
+					before := decisions()
+					ours, theirs := waiter(t, l, "w", lim, 2*time.Second)
+					settle(2 * interval)
+					if ours < theirs-1 || ours > theirs {
+						t.Errorf("a lone waiter got %d tokens in 2 s, x/time/rate %d", ours, theirs)
+					}
+					// One decision a token: none denied and asked again.
+					if made := decisions() - before; made > uint64(ours)+2 {
+						t.Errorf("%d tokens took %d decisions, want one each", ours, made)
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestWaitOrder: 16 waiters on one key, come one after another, are served
+// in the order they came, each one token's time after the one before, in
+// every mode; none waits past its turn.
+func TestWaitOrder(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: 100, Burst: 1, Mode: mode}
+			const each = 10 * time.Millisecond
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				ctx := context.Background()
+				if err := l.Wait(ctx, "k", lim); err != nil { // the burst, spent
+					t.Fatal(err)
+				}
+				start := time.Now()
+				var mu sync.Mutex
+				var order []int
+				var wg sync.WaitGroup
+				for i := range 16 {
+					wg.Go(func() {
+						if err := l.Wait(ctx, "k", lim); err != nil {
+							t.Error(err)
+						}
+						took := time.Since(start)
+						if turn := time.Duration(i+1) * each; took > turn {
+							t.Errorf("waiter %d returned after %v, its turn was %v", i, took, turn)
+						}
+						mu.Lock()
+						order = append(order, i)
+						mu.Unlock()
+					})
+					synctest.Wait() // it has asked: the next comes after it
+				}
+				wg.Wait()
+				for i, w := range order {
+					if w != i {
+						t.Fatalf("waiters served in the order %v, want the order they came", order)
+					}
+				}
+				if took := time.Since(start); took != 16*each {
+					t.Errorf("16 waiters took %v, want 16 tokens' %v", took, 16*each)
+				}
+			})
+		})
+	}
+}
+
+// TestWaitGivesBack: a waiter whose ctx ends before its token is due gives
+// it back to the bucket in Redis, so that the next waiter is served when
+// the first would have been.
+func TestWaitGivesBack(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: 1, Burst: 1, Mode: mode}
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				if err := l.Wait(context.Background(), "k", lim); err != nil { // the burst, spent
+					t.Fatal(err)
+				}
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				if err := l.Wait(ctx, "k", lim); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, hybrid.ErrWouldWait) {
+					t.Fatalf("a waiter whose deadline comes first: %v", err)
+				}
+				// A deadline short of the wait takes nothing: wait without
+				// one, cancelled instead.
+				ctx, cancel = context.WithCancel(context.Background())
+				go func() {
+					time.Sleep(300 * time.Millisecond)
+					cancel()
+				}()
+				if err := l.Wait(ctx, "k", lim); !errors.Is(err, context.Canceled) {
+					t.Fatalf("a cancelled waiter: %v, want context.Canceled", err)
+				}
+				if err := l.Wait(context.Background(), "k", lim); err != nil {
+					t.Fatal(err)
+				}
+				if took := time.Since(start); took != time.Second {
+					t.Errorf("the waiter after one that gave its token back returned after %v, want 1 s (its turn)", took)
+				}
+			})
+		})
+	}
+}
+
+// TestWaitWouldWait: a deadline shorter than the wait returns ErrWouldWait
+// at once and takes nothing from the bucket in Redis.
+func TestWaitWouldWait(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: slow, Burst: 2, Mode: mode}
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				for range 2 {
+					if err := l.Wait(context.Background(), "k", lim); err != nil {
+						t.Fatal(err)
+					}
+				}
+				settle(5 * interval)
+				before := tokensIn(t, f.m, "k")
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				start := time.Now()
+				if err := l.Wait(ctx, "k", lim); !errors.Is(err, hybrid.ErrWouldWait) {
+					t.Errorf("Wait for a token 1000 s away within a minute: %v, want ErrWouldWait", err)
+				}
+				if took := time.Since(start); took != 0 {
+					t.Errorf("ErrWouldWait after %v, want at once", took)
+				}
+				settle(5 * interval)
+				wantTokens(t, f.m, "k", before, 1000)
+			})
+		})
+	}
+}
+
+// TestWaitFleet: waiters on one key on 4 instances together get the key's
+// rate, and the fleet never admits more than B + R*T, in every mode.
+func TestWaitFleet(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: 100, Burst: 10, Mode: mode}
+			const d = 3 * time.Second
+			inFleet(t, 4, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for _, l := range f.lims {
+					for range 4 {
+						wg.Go(func() {
+							for l.Wait(ctx, "k", lim) == nil {
+								admitted.Add(1)
+							}
+						})
+					}
+				}
+				wg.Wait()
+				bound := float64(lim.Burst) + lim.Rate*d.Seconds()
+				got := float64(admitted.Load())
+				t.Logf("%v: 16 waiters on 4 instances admitted %.0f in %v, bound %.0f", mode, got, d, bound)
+				if got > bound || got < 0.95*lim.Rate*d.Seconds() {
+					t.Errorf("admitted %.0f in %v, want within [0.95 R*T, B + R*T] = [%.0f, %.0f]", got, d, 0.95*lim.Rate*d.Seconds(), bound)
+				}
+			})
+		})
 	}
 }

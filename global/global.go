@@ -85,6 +85,7 @@ type Limiter struct {
 	fleet    *redis.Script // lua.Heartbeat
 	witness  *redis.Script // lua.Witness
 	peek     *redis.Script // lua.Peek
+	ahead    *redis.Script // lua.Ahead
 }
 
 // New returns a Limiter that keeps its buckets in rdb.
@@ -107,6 +108,7 @@ func New(rdb Client, cfg Config) (*Limiter, error) {
 		fleet:    redis.NewScript(lua.Heartbeat),
 		witness:  redis.NewScript(lua.Witness),
 		peek:     redis.NewScript(lua.Peek),
+		ahead:    redis.NewScript(lua.Ahead),
 	}, nil
 }
 

@@ -53,3 +53,13 @@ var Witness string
 //
 //go:embed peek.lua
 var Peek string
+
+// Ahead is the source of ahead.lua: cost micro-tokens taken from the bucket
+// kept in KEYS[1] ahead of time, into debt, all or nothing. With ARGV rate,
+// burst, cost and debt it refills the bucket from Redis TIME as Settle
+// does, takes cost if the bucket then owes no more than debt, writes it
+// with Settle's TTL (nothing if it took nothing) and replies {granted,
+// tokens, now_us}: the taker's tokens are due once the bucket is back at 0.
+//
+//go:embed ahead.lua
+var Ahead string

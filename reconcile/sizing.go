@@ -57,6 +57,12 @@ func (r *Reconciler) debt(sp *Spec) int64 {
 	return max(int64(d), sp.Limit.Burst)
 }
 
+// Debt returns the most micro-tokens a bucket of sp may owe: the refill of
+// Config.MaxDebt, the burst at least, 2^50 at most. A charge never sinks a
+// bucket further, and a take ahead (global.Limiter.TakeAhead) never owes
+// more.
+func (r *Reconciler) Debt(sp *Spec) int64 { return r.debt(sp) }
+
 // maxLease is the most allowance a key holds, in whole tokens.
 func (r *Reconciler) maxLease(sp *Spec) int64 { return min(r.lc, sp.Limit.Burst) }
 
