@@ -171,3 +171,34 @@ func ExampleLimiter_Peek() {
 	// 5 more now: false
 	// 5 more in: 12m0s
 }
+
+func ExampleLimiter_Reserve() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// One report a second. The second report's token is taken now, ahead of
+	// time: the caller waits its Delay before it acts, or gives it back.
+	reports := hybrid.Limit{Rate: 1, Burst: 1, Mode: hybrid.Exact}
+	ctx := context.Background()
+	first, err := lim.Reserve(ctx, "reports", reports, 1)
+	if err != nil {
+		panic(err)
+	}
+	second, err := lim.Reserve(ctx, "reports", reports, 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first:", first.OK(), first.Delay())
+	fmt.Println("second:", second.OK(), second.Delay().Round(time.Second))
+	second.Cancel() // not needed after all: the next caller has it
+	// Output:
+	// first: true 0s
+	// second: true 1s
+}

@@ -79,7 +79,14 @@ func TestReserveCancel(t *testing.T) {
 				settle(back)
 				allow("after a second Cancel", false)
 
-				d := reserve("bucket empty", false)
+				// A token 1000 s away is not had within a second: nothing
+				// is taken, and Cancel has nothing to give back.
+				soon, cancel := context.WithTimeout(ctx, time.Second)
+				d, err := l.Reserve(soon, "k", lim, 1)
+				cancel()
+				if err != nil || d.OK() || d.Delay() != hybrid.InfDuration {
+					t.Fatalf("bucket empty, a second to wait: Reserve = %+v (delay %v), %v; want not OK", d.Result(), d.Delay(), err)
+				}
 				d.Cancel()
 				settle(back)
 				allow("after the Cancel of a denied reservation", false)
@@ -125,4 +132,55 @@ func TestCancelExact(t *testing.T) {
 			t.Errorf("Refunds %d, Rounds %d, want 10 and no round", st.Refunds, st.Reconcile.Rounds)
 		}
 	})
+}
+
+// TestReserveAhead: a Reserve that AllowN would deny takes its token ahead
+// of time, as x/time/rate's does: OK, with the Delay until it is due; the
+// next one's comes a token's time later; a Cancel gives its token back, so
+// that the next Reserve takes its place; one whose token would come after
+// ctx's deadline takes nothing. Every mode.
+func TestReserveAhead(t *testing.T) {
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			lim := hybrid.Limit{Rate: 10, Burst: 1, Mode: mode}
+			const each = 100 * time.Millisecond
+			inFleet(t, 1, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				l := f.lims[0]
+				ctx := context.Background()
+				reserve := func(step string, ctx context.Context, ok bool, delay time.Duration) *hybrid.Reservation {
+					t.Helper()
+					r, err := l.Reserve(ctx, "k", lim, 1)
+					if err != nil {
+						t.Fatalf("%s: Reserve: %v", step, err)
+					}
+					if r.OK() != ok || r.Delay() != delay || r.DelayFrom(time.Now().Add(delay)) != 0 && ok {
+						t.Errorf("%s: Reserve = OK %v, Delay %v, want OK %v, Delay %v", step, r.OK(), r.Delay(), ok, delay)
+					}
+					return r
+				}
+				reserve("the burst", ctx, true, 0)
+				first := reserve("a token's time away", ctx, true, each)
+				reserve("two tokens' time away", ctx, true, 2*each)
+				first.Cancel()
+				// The bucket owes one token again: the next is due with the
+				// one reserved before it (the tokens due by then are the
+				// burst and two more, for three reservations kept).
+				reserve("after one cancelled", ctx, true, 2*each)
+				soon, cancel := context.WithTimeout(ctx, 2*each)
+				defer cancel()
+				if r := reserve("after the deadline", soon, false, hybrid.InfDuration); r.Result().RetryAfter <= 2*each {
+					t.Errorf("a reservation not OK: RetryAfter %v, want the wait it would need, past the deadline", r.Result().RetryAfter)
+				}
+				// The reservations kept are 3 tokens: by 0.3 s the bucket
+				// has given 4, one left for a request, and no more.
+				time.Sleep(3 * each)
+				if res, err := l.Allow(ctx, "k", lim); err != nil || !res.Allowed {
+					t.Errorf("Allow once the reservations are due = %+v, %v; want the fourth token", res, err)
+				}
+				if res, err := l.Allow(ctx, "k", lim); err != nil || res.Allowed {
+					t.Errorf("Allow after it = %+v, %v; want denied", res, err)
+				}
+			})
+		})
+	}
 }

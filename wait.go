@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/hybridlimit/hybrid/global"
-	"github.com/hybridlimit/hybrid/internal/limit"
-	"github.com/hybridlimit/hybrid/reconcile"
 )
 
 // Wait blocks until one token may be taken for key under lim, and takes it.
@@ -37,73 +33,41 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 // denial's RetryAfter) and asks again, the waiters of one key on this
 // Limiter in line.
 func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
-	e := l.keys.Get(key)
-	var res Result
-	if _, ok := l.fast(&res, key, lim, n, e); ok {
-		return nil // from the allowance
-	}
-	sp, err := l.specFor(key, lim, e)
-	if err != nil {
-		return err
-	}
 	if n == 0 { // nothing to wait for, as x/time/rate's WaitN
-		return nil
-	}
-	cost, err := sp.Limit.Cost(n)
-	if err != nil {
-		return fmt.Errorf("hybrid: key %q: %w", key, err)
-	}
-	if l.r.Closed() {
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
+		_, err := l.specFor(key, lim, l.keys.Get(key))
 		return err
 	}
-	if l.r.DegradedKey(key) {
+	t, decided, err := l.takeAhead(ctx, key, lim, n)
+	switch {
+	case err != nil:
+		return err
+	case !decided:
 		return l.waitDecided(ctx, key, lim, n)
+	case !t.res.Allowed:
+		return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, t.res.RetryAfter)
 	}
-	// The most the bucket may owe after the take: what refills before the
-	// deadline.
-	debt := l.r.Debt(sp)
-	if dl, ok := ctx.Deadline(); ok {
-		debt = min(debt, l.r.Refill(sp, max(time.Until(dl), 0)))
-	}
-	var rep global.Reply
-	err = l.r.Do(ctx, key, func(ctx context.Context) (err error) {
-		rep, err = l.g.TakeAhead(ctx, key, sp.Limit, cost, debt)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return l.waitDecided(ctx, key, lim, n) // Redis did not answer: the fallback decides
-	}
-	s := global.Settlement{Key: key, Limit: sp.Limit, Want: cost, MinGrant: cost}
-	l.r.Took(sp, &s, &rep) // if Redis loses the write, charged again
-	if rep.Granted == 0 {
-		l.stats.redisDenied.Add(1)
-		return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, limit.DurationFor(cost-rep.Tokens, sp.Limit.Rate))
-	}
-	l.stats.redisAllowed.Add(1)
-	return l.sleepDue(ctx, key, sp, cost, global.Due(sp.Limit, rep.Tokens))
+	return l.sleepDue(ctx, key, &t)
 }
 
-// sleepDue sleeps for wait, until the cost micro-tokens a waiter took ahead
-// of key's bucket under sp are due. If ctx ends first they go back to
-// Redis at once (they were charged there), and ctx's error is returned.
-func (l *Limiter) sleepDue(ctx context.Context, key string, sp *reconcile.Spec, cost int64, wait time.Duration) error {
+// sleepDue sleeps until the tokens t took are due. If ctx ends first they
+// are given back (see untake), and ctx's error is returned.
+func (l *Limiter) sleepDue(ctx context.Context, key string, t *taken) error {
+	wait := t.due - l.clock.Now()
 	if wait <= 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	select {
-	case <-t.C:
+	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		l.r.ReturnNow(key, sp, cost)
-		l.stats.refunds.Add(1)
+		if l.clock.Now() >= t.due {
+			// Due already, the timer not yet seen: a deadline that came
+			// with the tokens (the take asked for no more) ends no wait.
+			return nil
+		}
+		l.untake(key, t.sp, t.cost, false)
 		return ctx.Err()
 	}
 }
@@ -140,6 +104,52 @@ func (l *Limiter) waitDecided(ctx context.Context, key string, lim Limit, n int6
 		hadTurn = true
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// WaitAll blocks until the tokens of every check may be taken, and takes
+// them: AllowAll that waits, as WaitN is AllowN that waits. One check is
+// WaitN's: it takes its tokens ahead of time and sleeps until they are due.
+// With several, no tier's tokens are held while another's are awaited: it
+// sleeps until the denying tier's tokens are due (its RetryAfter) and
+// decides again, until every tier passes. It returns ctx's error if ctx
+// ends first, and ErrWouldWait at once, with nothing taken, if a tier's
+// tokens would come after ctx's deadline. Checks are validated as
+// AllowAll's.
+func (l *Limiter) WaitAll(ctx context.Context, checks ...Check) error {
+	if len(checks) == 1 {
+		c := &checks[0]
+		if err := l.validCheck(c, l.keys.Get(c.Key)); err != nil {
+			return err
+		}
+		return l.WaitN(ctx, c.Key, c.Limit, checkCost(c))
+	}
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		d, err := l.AllowAll(ctx, checks...)
+		if err != nil || d.Allowed {
+			return err
+		}
+		res := d.Result()
+		wait := res.RetryAfter
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, checks[d.Denied].Key, wait)
 		}
 		if t == nil {
 			t = time.NewTimer(wait)

@@ -110,7 +110,7 @@ func Example() {
 	// ResourceExhausted ["per-client";q=2;w=120] ["per-client";r=0;t=60]
 	// retry in 1m0s
 	// quota: per-client
-	// {Allowed:2 Denied:1 ShadowDenied:0 Errors:0 Exempt:0}
+	// {Allowed:2 Denied:1 ShadowDenied:0 Errors:0 Exempt:0 Waited:0}
 }
 
 func ExampleRetry() {

@@ -89,6 +89,17 @@ type Config struct {
 	// index. HTTPChecks adapts the rules of package policy.
 	Checks func(ctx context.Context, method string) ([]hybrid.Check, error)
 
+	// MaxWait, if above 0, lets a call over its limit wait up to that long
+	// for its tokens, within its own context (hybrid.Limiter.WaitAll),
+	// rather than be refused at once: it is then served, or answered
+	// ResourceExhausted as usual once its tokens would come later than
+	// that (at once, without waiting). A single tier's call takes its
+	// tokens ahead of time and sleeps until they are due. For smoothing
+	// bursts, not for queueing floods: a waiting call holds its goroutine
+	// and stream (Envoy's local rate limit with a queue). 0 refuses at
+	// once; a negative MaxWait is an error of New.
+	MaxWait time.Duration
+
 	// NoHeaders sends no rate-limit metadata. false sends "ratelimit-policy"
 	// and "ratelimit" in the response header of every decided call.
 	NoHeaders bool
@@ -141,6 +152,11 @@ type Stats struct {
 	Errors uint64
 	// Exempt counts the calls for which Config.Checks returned no check.
 	Exempt uint64
+	// Waited counts the calls over their limit that waited for their
+	// tokens (Config.MaxWait) and were then served; they are counted in
+	// Allowed too. Those whose wait ended without them are in Denied (or
+	// Errors, for a call whose context ended).
+	Waited uint64
 }
 
 // Interceptor rate-limits the calls of a gRPC server: Unary and Stream
@@ -158,6 +174,7 @@ type Interceptor struct {
 	policy    string // the ratelimit-policy value of the single tier
 	checks    func(context.Context, string) ([]hybrid.Check, error)
 
+	maxWait  time.Duration
 	headers  bool
 	shadow   bool
 	onDenied func(context.Context, Denial)
@@ -170,8 +187,8 @@ const nShards = 16
 
 // shard is one cache line of counters.
 type shard struct {
-	allowed, denied, shadowDenied, errors, exempt atomic.Uint64
-	_                                             [128 - 5*8]byte
+	allowed, denied, shadowDenied, errors, exempt, waited atomic.Uint64
+	_                                                     [128 - 6*8]byte
 }
 
 // New returns an Interceptor that decides with lim as cfg says. It reports
@@ -181,8 +198,12 @@ func New(lim *hybrid.Limiter, cfg Config) (*Interceptor, error) {
 	if lim == nil {
 		return nil, errors.New("grpclimit: nil Limiter")
 	}
+	if cfg.MaxWait < 0 {
+		return nil, fmt.Errorf("grpclimit: MaxWait %v is negative", cfg.MaxWait)
+	}
 	ic := &Interceptor{
 		lim:      lim,
+		maxWait:  cfg.MaxWait,
 		checks:   cfg.Checks,
 		headers:  !cfg.NoHeaders && (!cfg.Shadow || cfg.ShadowHeaders),
 		shadow:   cfg.Shadow,
@@ -227,6 +248,7 @@ func (ic *Interceptor) Stats() Stats {
 		s.ShadowDenied += c.shadowDenied.Load()
 		s.Errors += c.errors.Load()
 		s.Exempt += c.exempt.Load()
+		s.Waited += c.waited.Load()
 	}
 	return s
 }

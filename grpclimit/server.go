@@ -68,6 +68,10 @@ type headerSetter interface {
 // served; else it is the status to answer with, and trailer, for a denial,
 // the trailer metadata to send with it.
 func (ic *Interceptor) admit(ctx context.Context, method string, hs headerSetter) (trailer metadata.MD, err error) {
+	var arrived time.Time // for MaxWait, which counts from here
+	if ic.maxWait > 0 {
+		arrived = time.Now()
+	}
 	var one [1]hybrid.Check
 	checks, err := ic.checksFor(ctx, method, one[:0])
 	if err != nil {
@@ -87,6 +91,20 @@ func (ic *Interceptor) admit(ctx context.Context, method string, hs headerSetter
 	if d.Allowed {
 		ic.shard().allowed.Add(1)
 		return nil, nil
+	}
+	if !ic.shadow && ic.maxWait > 0 && d.Result().RetryAfter <= ic.maxWait {
+		wctx, cancel := context.WithDeadline(ctx, arrived.Add(ic.maxWait))
+		err := ic.lim.WaitAll(wctx, checks...)
+		cancel()
+		switch {
+		case err == nil:
+			sh := ic.shard()
+			sh.allowed.Add(1)
+			sh.waited.Add(1)
+			return nil, nil
+		case ctx.Err() != nil:
+			return nil, ic.fail(err) // the caller gave up: no denial to tell
+		}
 	}
 	den := denial(method, checks, &d, ic.shadow)
 	if ic.shadow {

@@ -71,7 +71,7 @@ func Example() {
 	// 200 "per-ip";q=2;w=120 "per-ip";r=0;t=120
 	// 429 "per-ip";q=2;w=120 "per-ip";r=0;t=60
 	// Retry-After: 60
-	// {Allowed:2 Denied:1 ShadowDenied:0 Errors:0 Exempt:0}
+	// {Allowed:2 Denied:1 ShadowDenied:0 Errors:0 Exempt:0 Waited:0}
 }
 
 func ExampleConfig_checks() {

@@ -100,6 +100,17 @@ type Config struct {
 	// "tier" and its index.
 	Checks func(r *http.Request) ([]hybrid.Check, error)
 
+	// MaxWait, if above 0, lets a request over its limit wait up to that
+	// long for its tokens, within its own context (Limiter.WaitAll), rather
+	// than be refused at once: it then goes ahead, or is answered 429 as
+	// usual once its tokens would come later than that (at once, without
+	// waiting). A single tier's request takes its tokens ahead of time and
+	// sleeps until they are due. For smoothing bursts (nginx's limit_req
+	// without nodelay), not for queueing floods: a waiting request holds
+	// its goroutine and connection. 0 refuses at once; a negative MaxWait
+	// is an error of New.
+	MaxWait time.Duration
+
 	// Headers selects the rate-limit header fields sent on every
 	// response. 0 means AllHeaders.
 	Headers Headers
@@ -170,6 +181,11 @@ type Stats struct {
 	Errors uint64
 	// Exempt counts the requests for which Config.Checks returned no check.
 	Exempt uint64
+	// Waited counts the requests over their limit that waited for their
+	// tokens (Config.MaxWait) and were then served; they are counted in
+	// Allowed too. Those whose wait ended without them are in Denied (or
+	// Errors, for a request whose context ended).
+	Waited uint64
 }
 
 // Middleware rate-limits the requests of the handlers it wraps. It is safe
@@ -186,6 +202,7 @@ type Middleware struct {
 	policy    string // the RateLimit-Policy value of the single tier
 	checks    func(*http.Request) ([]hybrid.Check, error)
 
+	maxWait   time.Duration
 	headers   Headers
 	resetUnix bool
 	shadow    bool
@@ -201,8 +218,8 @@ const nShards = 16
 
 // shard is one cache line of counters.
 type shard struct {
-	allowed, denied, shadowDenied, errors, exempt atomic.Uint64
-	_                                             [128 - 5*8]byte
+	allowed, denied, shadowDenied, errors, exempt, waited atomic.Uint64
+	_                                                     [128 - 6*8]byte
 }
 
 // New returns a Middleware that decides with lim as cfg says. It reports a
@@ -212,8 +229,12 @@ func New(lim *hybrid.Limiter, cfg Config) (*Middleware, error) {
 	if lim == nil {
 		return nil, errors.New("httplimit: nil Limiter")
 	}
+	if cfg.MaxWait < 0 {
+		return nil, fmt.Errorf("httplimit: MaxWait %v is negative", cfg.MaxWait)
+	}
 	m := &Middleware{
 		lim:       lim,
+		maxWait:   cfg.MaxWait,
 		checks:    cfg.Checks,
 		headers:   cfg.Headers,
 		resetUnix: cfg.LegacyResetUnix,
@@ -287,6 +308,7 @@ func (m *Middleware) Stats() Stats {
 		s.ShadowDenied += c.shadowDenied.Load()
 		s.Errors += c.errors.Load()
 		s.Exempt += c.exempt.Load()
+		s.Waited += c.waited.Load()
 	}
 	return s
 }
@@ -298,6 +320,10 @@ func (m *Middleware) shard() *shard {
 
 // serve decides r and serves it with next, or answers it.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var arrived time.Time // for MaxWait, which counts from here
+	if m.maxWait > 0 {
+		arrived = time.Now()
+	}
 	var one [1]hybrid.Check
 	checks, err := m.checksFor(r, one[:0])
 	if err != nil {
@@ -322,6 +348,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	if !m.shadow && m.maxWait > 0 && d.Result().RetryAfter <= m.maxWait {
+		if err := m.wait(r, checks, arrived); err == nil {
+			sh := m.shard()
+			sh.allowed.Add(1)
+			sh.waited.Add(1)
+			next.ServeHTTP(w, r)
+			return
+		} else if r.Context().Err() != nil {
+			m.fail(w, r, next, err) // the client gave up: no denial to tell
+			return
+		}
+	}
 	den := denial(r, checks, &d, m.shadow)
 	if m.shadow {
 		m.shard().shadowDenied.Add(1)
@@ -337,6 +375,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.onDenied(den)
 	}
 	m.denyResp(w, r, den)
+}
+
+// wait waits for the tokens of checks, which a decision has just denied,
+// until Config.MaxWait after the request arrived at most, and within r's
+// context (Limiter.WaitAll).
+func (m *Middleware) wait(r *http.Request, checks []hybrid.Check, arrived time.Time) error {
+	ctx, cancel := context.WithDeadline(r.Context(), arrived.Add(m.maxWait))
+	defer cancel()
+	return m.lim.WaitAll(ctx, checks...)
 }
 
 // checksFor returns the checks of r, appended to buf for the single tier,

@@ -22,6 +22,9 @@
 //	                       only from them; default: none, the peer is the client
 //	-shadow                decide and count every request, but serve it whatever
 //	                       the decision (for rolling out new limits)
+//	-max-wait D            let a request over its limit wait up to D for its
+//	                       tokens before it is refused (default 0: refuse at
+//	                       once); for smoothing bursts, not queueing floods
 //	-log-level LEVEL       debug, info, warn or error (default info); denials are
 //	                       logged at debug, shadow denials at info
 //
@@ -36,7 +39,8 @@
 //
 // /metrics serves the Limiter's metrics (package hybridprom,
 // docs/observability.md), the middleware's counters as
-// hybrid_http_requests_total{outcome="allowed|denied|shadow_denied|error|exempt"},
+// hybrid_http_requests_total{outcome="allowed|waited|denied|shadow_denied|error|exempt"}
+// (waited: served after waiting for its tokens, -max-wait),
 // the denials by the tier that denied as hybrid_http_denials_total{tier=...},
 // and the Go runtime's go_* metrics.
 //
@@ -148,6 +152,7 @@ type options struct {
 	rules        string
 	proxies      []netip.Prefix
 	shadow       bool
+	maxWait      time.Duration
 	logLevel     slog.Level
 }
 
@@ -174,6 +179,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		return nil
 	})
 	fs.BoolVar(&o.shadow, "shadow", false, "decide and count every request but serve it whatever the decision")
+	fs.DurationVar(&o.maxWait, "max-wait", 0, "let a request over its limit wait up to `D` for its tokens before it is refused (0: refuse at once)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log `LEVEL`: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -183,6 +189,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.redisTimeout < 0 {
 		return o, fmt.Errorf("%w: -redis-timeout %v is negative", errUsage, o.redisTimeout)
+	}
+	if o.maxWait < 0 {
+		return o, fmt.Errorf("%w: -max-wait %v is negative", errUsage, o.maxWait)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
@@ -261,8 +270,9 @@ func start(args []string, logw io.Writer) (_ *server, err error) {
 	api := newAPI(demoAccounts, httplimit.ClientIP{TrustedProxies: o.proxies})
 	denials := newTierCounter()
 	s.mw, err = httplimit.New(s.lim, httplimit.Config{
-		Checks: rules.ChecksFunc(api.identify),
-		Shadow: o.shadow,
+		Checks:  rules.ChecksFunc(api.identify),
+		Shadow:  o.shadow,
+		MaxWait: o.maxWait,
 		OnDenied: func(d httplimit.Denial) {
 			denials.add(d.Tier)
 			level := slog.LevelDebug
@@ -334,8 +344,8 @@ func (s *server) metrics(denials *tierCounter) (*prometheus.Registry, error) {
 			Read: func() map[string]uint64 {
 				st := s.mw.Stats()
 				return map[string]uint64{
-					"allowed": st.Allowed, "denied": st.Denied, "shadow_denied": st.ShadowDenied,
-					"error": st.Errors, "exempt": st.Exempt,
+					"allowed": st.Allowed - st.Waited, "waited": st.Waited, "denied": st.Denied,
+					"shadow_denied": st.ShadowDenied, "error": st.Errors, "exempt": st.Exempt,
 				}
 			},
 		},

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -615,4 +620,40 @@ func TestRealRedis(t *testing.T) {
 			tierWant{"service", service, loose})
 	}
 	checkDenial(t, "request 11", ts.get("/v1/items", alice1), "per-key")
+}
+
+// TestMaxWait: with -max-wait, a request over its limit waits for its token
+// and is served, and the metrics count it as waited; one whose token would
+// come later than that is refused at once. -max-wait may not be negative.
+func TestMaxWait(t *testing.T) {
+	if _, err := parseFlags([]string{"-max-wait", "-1s"}, io.Discard); !errors.Is(err, errUsage) {
+		t.Errorf("-max-wait -1s: %v, want a usage error", err)
+	}
+	// The anonymous tier at 20 a second, burst 1: a token every 50 ms.
+	const old = `{"name": "per-ip", "tier": "ip", "rate": "10/min", "burst": 10, "mode": "exact"}`
+	if !bytes.Contains(defaultRules, []byte(old)) {
+		t.Fatal("rules.json has no per-ip rule to change")
+	}
+	rules := filepath.Join(t.TempDir(), "rules.json")
+	fast := bytes.Replace(defaultRules, []byte(old), []byte(`{"name": "per-ip", "tier": "ip", "rate": "20/s", "burst": 1, "mode": "exact"}`), 1)
+	if err := os.WriteFile(rules, fast, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, "-rules", rules, "-max-wait", "1s")
+	for k := range 3 {
+		if rep := ts.get("/v1/items", ""); rep.status != http.StatusOK {
+			t.Fatalf("request %d: status %d, want 200 once it has waited for its token", k+1, rep.status)
+		}
+	}
+	// The rules docs/http.md measures -max-wait with load.
+	if rep := startServer(t, "-rules", "testdata/maxwait.json", "-max-wait", "50ms").get("/v1/items", ""); rep.status != http.StatusOK {
+		t.Errorf("with testdata/maxwait.json: status %d", rep.status)
+	}
+	m := ts.metrics()
+	if got, want := m[`hybrid_http_requests_total{outcome="waited"}`], 2.0; got != want {
+		t.Errorf("waited = %v, want %v", got, want)
+	}
+	if got, want := m[`hybrid_http_requests_total{outcome="allowed"}`], 1.0; got != want {
+		t.Errorf("allowed (at once) = %v, want %v", got, want)
+	}
 }
