@@ -102,18 +102,8 @@ func (l *Limiter) waitDecided(ctx context.Context, key string, lim Limit, n int6
 		each := time.Duration(float64(n) / lim.Rate * float64(time.Second))
 		wait := l.waits.turn(key, l.clock.Now(), res.RetryAfter, each, hadTurn)
 		hadTurn = true
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
-		}
-		if t == nil {
-			t = time.NewTimer(wait)
-		} else {
-			t.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		if err := sleepFor(ctx, &t, wait, key); err != nil {
+			return err
 		}
 	}
 }
@@ -146,20 +136,28 @@ func (l *Limiter) WaitAll(ctx context.Context, checks ...Check) error {
 		if err != nil || d.Allowed {
 			return err
 		}
-		res := d.Result()
-		wait := res.RetryAfter
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, checks[d.Denied].Key, wait)
+		if err := sleepFor(ctx, &t, d.Result().RetryAfter, checks[d.Denied].Key); err != nil {
+			return err
 		}
-		if t == nil {
-			t = time.NewTimer(wait)
-		} else {
-			t.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	}
+}
+
+// sleepFor sleeps for wait on *t (made at the first sleep), the wait of a
+// request for key that asks again after it: ErrWouldWait at once if ctx's
+// deadline comes first, ctx's error if it ends meanwhile.
+func sleepFor(ctx context.Context, t **time.Timer, wait time.Duration, key string) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		return fmt.Errorf("%w: %q needs about %v", ErrWouldWait, key, wait)
+	}
+	if *t == nil {
+		*t = time.NewTimer(wait)
+	} else {
+		(*t).Reset(wait)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-(*t).C:
+		return nil
 	}
 }

@@ -3,7 +3,6 @@ package lua_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,15 +22,10 @@ func ahead(ctx context.Context, t *testing.T, rdb *redis.Client, key string, rat
 }
 
 func TestAheadRejectsArguments(t *testing.T) {
-	tests := []struct {
-		name string
-		keys []string
-		argv []any
-		want string // in the error
-	}{
+	rejects(t, lua.Ahead, []rejection{
 		{"no key", []string{}, []any{1, 1, 1, 0}, "want 1 key"},
 		{"two keys", []string{"{a}a", "{a}b"}, []any{1, 1, 1, 0}, "want 1 key"},
-		{"three args", []string{"a"}, []any{1, 1, 1}, "want 4 arguments"},
+		{"three args", []string{"a"}, []any{1, 1, 1}, "want 4 arguments (rate, burst, cost, debt)"},
 		{"rate 0", []string{"a"}, []any{0, 1, 1, 0}, "rate 0"},
 		{"burst text", []string{"a"}, []any{1, "big", 1, 0}, "burst big"},
 		{"cost 0", []string{"a"}, []any{1, 1, 0, 0}, "cost 0"},
@@ -39,18 +33,6 @@ func TestAheadRejectsArguments(t *testing.T) {
 		{"debt negative", []string{"a"}, []any{1, 5, 1, -1}, "debt -1"},
 		{"debt over 2^50", []string{"a"}, []any{1, 5, 1, "1125899906842625"}, "debt"},
 		{"debt fraction", []string{"a"}, []any{1, 5, 1, "0.5"}, "debt 0.5"},
-	}
-	eachBackend(t, func(t *testing.T, b backend) {
-		ctx := t.Context()
-		for _, tt := range tests {
-			v, err := b.rdb.Eval(ctx, lua.Ahead, tt.keys, tt.argv...).Result()
-			if err == nil || !strings.Contains(err.Error(), "hybrid: ") || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("%s: EVAL = %v, %v; want an error with %q", tt.name, v, err, tt.want)
-			}
-		}
-		if n, err := b.rdb.DBSize(ctx).Result(); err != nil || n != 0 {
-			t.Errorf("DBSIZE after rejected calls = %d, %v; want 0", n, err)
-		}
 	})
 }
 

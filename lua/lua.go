@@ -3,7 +3,10 @@
 // KEYS, ARGV and reply in a header comment; package global runs them.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 // Settle is the source of settle.lua: one step of the authoritative token
 // bucket kept in KEYS[1]. With ARGV rate, burst, consumed, returned, want,
@@ -45,21 +48,38 @@ var Heartbeat string
 //go:embed witness.lua
 var Witness string
 
-// Peek is the source of peek.lua: what the bucket kept in KEYS[1] holds now,
-// read without writing anything. With ARGV rate and burst (micro-tokens per
-// second and micro-tokens) it replies {tokens, now_us}: the bucket refilled
-// to Redis TIME as Settle would refill it, a missing or unreadable key read
-// as a full bucket.
-//
-//go:embed peek.lua
-var Peek string
+// Peek is the source of peek.lua, with bucket.lua in its place: what the
+// bucket kept in KEYS[1] holds now, read without writing anything. With ARGV
+// rate and burst (micro-tokens per second and micro-tokens) it replies
+// {tokens, now_us}: the bucket refilled to Redis TIME as Settle would refill
+// it, a missing or unreadable key read as a full bucket.
+var Peek = withBucket(peekSource)
 
-// Ahead is the source of ahead.lua: cost micro-tokens taken from the bucket
-// kept in KEYS[1] ahead of time, into debt, all or nothing. With ARGV rate,
-// burst, cost and debt it refills the bucket from Redis TIME as Settle
-// does, takes cost if the bucket then owes no more than debt, writes it
-// with Settle's TTL (nothing if it took nothing) and replies {granted,
-// tokens, now_us}: the taker's tokens are due once the bucket is back at 0.
-//
-//go:embed ahead.lua
-var Ahead string
+// Ahead is the source of ahead.lua, with bucket.lua in its place: cost
+// micro-tokens taken from the bucket kept in KEYS[1] ahead of time, into
+// debt, all or nothing. With ARGV rate, burst, cost and debt it refills the
+// bucket from Redis TIME as Settle does, takes cost if the bucket then owes
+// no more than debt, writes it with Settle's TTL (nothing if it took
+// nothing) and replies {granted, tokens, now_us}: the taker's tokens are due
+// once the bucket is back at 0.
+var Ahead = withBucket(aheadSource)
+
+var (
+	//go:embed peek.lua
+	peekSource string
+	//go:embed ahead.lua
+	aheadSource string
+	//go:embed bucket.lua
+	bucketSource string
+)
+
+// bucketMark is the line of peek.lua and ahead.lua that bucket.lua replaces.
+const bucketMark = "--[[bucket.lua]]\n"
+
+// withBucket returns src with bucket.lua in the place of its mark.
+func withBucket(src string) string {
+	if strings.Count(src, bucketMark) != 1 {
+		panic("lua: a script without its one " + strings.TrimSpace(bucketMark) + " line")
+	}
+	return strings.Replace(src, bucketMark, bucketSource, 1)
+}

@@ -22,27 +22,23 @@ func peek(ctx context.Context, t *testing.T, rdb *redis.Client, key string, rate
 	return v[0], v[1]
 }
 
-func TestPeekRejectsArguments(t *testing.T) {
-	tests := []struct {
-		name string
-		keys []string
-		argv []any
-		want string // in the error
-	}{
-		{"no key", []string{}, []any{1, 1}, "want 1 key"},
-		{"two keys", []string{"{p}a", "{p}b"}, []any{1, 1}, "want 1 key"},
-		{"no args", []string{"p"}, nil, "want 2 arguments"},
-		{"three args", []string{"p"}, []any{1, 1, 1}, "want 2 arguments"},
-		{"rate 0", []string{"p"}, []any{0, 1}, "rate 0"},
-		{"rate text", []string{"p"}, []any{"fast", 1}, "rate fast"},
-		{"burst fraction", []string{"p"}, []any{1, "1.5"}, "burst 1.5"},
-		{"burst over 2^50", []string{"p"}, []any{1, "1125899906842625"}, "burst"},
-		{"burst nan", []string{"p"}, []any{1, "nan"}, "burst"},
-	}
+// rejection is a call a script must refuse: its KEYS and ARGV, and what the
+// error says.
+type rejection struct {
+	name string
+	keys []string
+	argv []any
+	want string // in the error
+}
+
+// rejects checks that script refuses each call of tests with an error of
+// its own, having written nothing, on every backend.
+func rejects(t *testing.T, script string, tests []rejection) {
+	t.Helper()
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		for _, tt := range tests {
-			v, err := b.rdb.Eval(ctx, lua.Peek, tt.keys, tt.argv...).Result()
+			v, err := b.rdb.Eval(ctx, script, tt.keys, tt.argv...).Result()
 			if err == nil || !strings.Contains(err.Error(), "hybrid: ") || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("%s: EVAL = %v, %v; want an error with %q", tt.name, v, err, tt.want)
 			}
@@ -50,6 +46,20 @@ func TestPeekRejectsArguments(t *testing.T) {
 		if n, err := b.rdb.DBSize(ctx).Result(); err != nil || n != 0 {
 			t.Errorf("DBSIZE after rejected calls = %d, %v; want 0", n, err)
 		}
+	})
+}
+
+func TestPeekRejectsArguments(t *testing.T) {
+	rejects(t, lua.Peek, []rejection{
+		{"no key", []string{}, []any{1, 1}, "want 1 key"},
+		{"two keys", []string{"{p}a", "{p}b"}, []any{1, 1}, "want 1 key"},
+		{"no args", []string{"p"}, nil, "want 2 arguments (rate, burst)"},
+		{"three args", []string{"p"}, []any{1, 1, 1}, "want 2 arguments"},
+		{"rate 0", []string{"p"}, []any{0, 1}, "rate 0"},
+		{"rate text", []string{"p"}, []any{"fast", 1}, "rate fast"},
+		{"burst fraction", []string{"p"}, []any{1, "1.5"}, "burst 1.5"},
+		{"burst over 2^50", []string{"p"}, []any{1, "1125899906842625"}, "burst"},
+		{"burst nan", []string{"p"}, []any{1, "nan"}, "burst"},
 	})
 }
 
