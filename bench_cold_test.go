@@ -212,3 +212,40 @@ func BenchmarkPeek(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkReset: a reset of a key's bucket, against go-redis/redis_rate's
+// Reset, on the same real redis-server (skipped without one), one caller at
+// a time: ours makes two round trips (the bucket, then the fleet's news),
+// redis_rate's one (a DEL).
+//
+//	go test -run '^$' -bench Reset -count 6 . | tee reset.txt
+func BenchmarkReset(b *testing.B) {
+	p := redistest.Server(b)
+	lim := hybrid.Limit{Rate: 10, Burst: 20}
+	b.Run("impl=hybrid", func(b *testing.B) {
+		l := benchLimiter(b, redistest.Client(b, p), hybrid.Config{})
+		ctx := context.Background()
+		if _, err := l.Allow(ctx, "reset", lim); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := l.Reset(ctx, "reset"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=redis_rate", func(b *testing.B) {
+		rl := redis_rate.NewLimiter(redistest.Client(b, p))
+		ctx := context.Background()
+		if _, err := rl.Allow(ctx, "reset", redis_rate.PerSecond(10)); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := rl.Reset(ctx, "reset"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -202,3 +202,34 @@ func ExampleLimiter_Reserve() {
 	// first: true 0s
 	// second: true 1s
 }
+
+func ExampleLimiter_Reset() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// Two logins an hour; support unblocks the user after the second.
+	logins := hybrid.Limit{Rate: 2.0 / 3600, Burst: 2, Mode: hybrid.Exact}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := lim.Allow(ctx, "login:bob", logins); err != nil {
+			panic(err)
+		}
+	}
+	res, _ := lim.Allow(ctx, "login:bob", logins)
+	fmt.Println("third login:", res.Allowed)
+	if err := lim.Reset(ctx, "login:bob"); err != nil {
+		panic(err)
+	}
+	res, _ = lim.Allow(ctx, "login:bob", logins)
+	fmt.Println("after Reset:", res.Allowed)
+	// Output:
+	// third login: false
+	// after Reset: true
+}

@@ -72,6 +72,10 @@ var (
 	// ErrWouldWait is returned by Wait when the context's deadline comes
 	// before the tokens could.
 	ErrWouldWait = errors.New("hybrid: wait would exceed the context deadline")
+	// ErrUnavailable is returned by Reset while the key's Redis is down
+	// (its breaker open): a reset needs Redis, and never does nothing
+	// silently.
+	ErrUnavailable = errors.New("hybrid: Redis is unavailable")
 )
 
 // Config configures a Limiter. A zero field means its documented default, so

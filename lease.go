@@ -121,8 +121,8 @@ func (l *Limiter) reserved(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 // fresh reports whether the view was.
 func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, now time.Duration) (fresh bool, res Result, denied bool) {
 	v := e.View()
-	if v.Seen == 0 || v.Age(now) > l.r.Fresh(e, sp) {
-		return false, Result{}, false
+	if v.Seen == 0 || v.Age(now) > l.r.Fresh(e, sp) || v.Seen < l.r.ResetSeen() {
+		return false, Result{}, false // no view, a stale one, or one from before a reset
 	}
 	// The fleet's bucket, as last seen and refilled since, cannot yet hold
 	// what a fetch would need (cost less the lease, or for a saturated key

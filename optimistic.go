@@ -90,7 +90,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		v = e.View()
 	}
 	now := l.clock.Now()
-	if v.Age(now) <= l.r.Fresh(e, sp) {
+	if v.Age(now) <= l.r.Fresh(e, sp) && v.Seen >= l.r.ResetSeen() { // not from before a reset
 		if wait := l.settleWait(e, sp, cost, v, now); wait > viewSlack {
 			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}

@@ -22,8 +22,16 @@ const (
 // other misuse errors it is reported before Redis is touched.
 var ErrInvalidTTL = errors.New("invalid ttl")
 
-// fleetSuffix follows the prefix in the key of the fleet set.
-const fleetSuffix = ":fleet{fleet}"
+// fleetSuffix follows the prefix in the key of the fleet set, resetsSuffix
+// in the key of the fleet's resets (ResetsKey).
+const (
+	fleetSuffix  = ":fleet{fleet}"
+	resetsSuffix = ":resets{fleet}"
+)
+
+// resetsKeep is how long the fleet is told of a reset: heartbeat.lua's
+// RESETS_MS.
+const resetsKeep = 10 * time.Minute
 
 // maxLive bounds the live count of a reply: more instances than that is a
 // garbled reply, not a fleet, and it fits an int everywhere.
@@ -73,11 +81,39 @@ func (l *Limiter) Heartbeat(ctx context.Context, id string, ttl time.Duration) (
 // was later than that talks to a Redis that lost its writes since then: a
 // failover to a replica that lagged, a restart from an older snapshot.
 func (l *Limiter) HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error) {
-	live, now, was, err = l.beat(ctx, id, ttl, false)
+	live, now, was, _, err = l.HeartbeatReset(ctx, id, ttl)
+	return live, now, was, err
+}
+
+// HeartbeatReset is HeartbeatWas that also returns the Redis time of the
+// latest reset the fleet was told of within the last 10 minutes
+// (AnnounceReset), the zero Time if none: an instance that has not seen it
+// yet stops trusting its views of the buckets from before it.
+func (l *Limiter) HeartbeatReset(ctx context.Context, id string, ttl time.Duration) (live int, now, was, reset time.Time, err error) {
+	b, err := l.beat(ctx, id, ttl, false)
 	if err != nil {
-		return 0, time.Time{}, time.Time{}, fmt.Errorf("global: heartbeat %q: %w", id, err)
+		return 0, time.Time{}, time.Time{}, time.Time{}, fmt.Errorf("global: heartbeat %q: %w", id, err)
 	}
-	return live, now, was, nil
+	return b.live, b.now, b.was, b.reset, nil
+}
+
+// ResetsKey returns the Redis key of the fleet's resets, a sorted set of
+// the keys reset lately scored by the Redis time of their reset in
+// milliseconds (AnnounceReset, HeartbeatReset): the prefix and
+// ":resets{fleet}", in the fleet set's slot.
+func (l *Limiter) ResetsKey() string { return l.resetsKey }
+
+// AnnounceReset tells the fleet that key's bucket was reset at at (the time
+// Reset returned): the heartbeats of the next 10 minutes return it
+// (HeartbeatReset). Errors are Redis's.
+func (l *Limiter) AnnounceReset(ctx context.Context, key string, at time.Time) error {
+	pipe := l.rdb.Pipeline()
+	pipe.ZAdd(ctx, l.resetsKey, redis.Z{Score: float64(at.UnixMilli()), Member: key})
+	pipe.PExpire(ctx, l.resetsKey, resetsKeep)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("global: announce the reset of %q: %w", key, err)
+	}
+	return nil
 }
 
 // Leave removes the instance id from the fleet at once, so that the others
@@ -86,29 +122,29 @@ func (l *Limiter) HeartbeatWas(ctx context.Context, id string, ttl time.Duration
 // twice, or without a beat, is not an error. Call it when an instance shuts
 // down, with the ttl it beat with. Its errors are those of Heartbeat.
 func (l *Limiter) Leave(ctx context.Context, id string, ttl time.Duration) (live int, err error) {
-	live, _, _, err = l.beat(ctx, id, ttl, true)
+	b, err := l.beat(ctx, id, ttl, true)
 	if err != nil {
 		return 0, fmt.Errorf("global: leave %q: %w", id, err)
 	}
-	return live, nil
+	return b.live, nil
 }
 
 // beat runs the heartbeat script once.
-func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave bool) (int, time.Time, time.Time, error) {
+func (l *Limiter) beat(ctx context.Context, id string, ttl time.Duration, leave bool) (beatReply, error) {
 	ms, err := checkBeat(id, ttl)
 	if err != nil {
-		return 0, time.Time{}, time.Time{}, err
+		return beatReply{}, err
 	}
 	flag, minLive := 0, int64(1) // a beat counts itself
 	if leave {
 		flag, minLive = 1, 0
 	}
-	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey, l.fleetKey + ":" + id}, id, ms, flag).Result()
+	v, err := l.fleet.Run(ctx, l.rdb, []string{l.fleetKey, l.fleetKey + ":" + id, l.resetsKey}, id, ms, flag).Result()
 	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
+		err = fmt.Errorf("%w: got nil, want 4 integers", ErrReply)
 	}
 	if err != nil {
-		return 0, time.Time{}, time.Time{}, err
+		return beatReply{}, err
 	}
 	return parseFleetReply(v, minLive)
 }
@@ -128,23 +164,36 @@ func checkBeat(id string, ttl time.Duration) (int64, error) {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond), nil
 }
 
-// parseFleetReply reads the script's reply {live, now_ms, was_ms}, in which
-// live is at least minLive. It never panics: anything else is an error
-// wrapping ErrReply.
-func parseFleetReply(v any, minLive int64) (int, time.Time, time.Time, error) {
-	var zero time.Time
-	x, err := integers(v, 3)
+// beatReply is a heartbeat's reply: the live count, the Redis time, this
+// instance's beat before (zero if none) and the latest reset (zero if none).
+type beatReply struct {
+	live            int
+	now, was, reset time.Time
+}
+
+// parseFleetReply reads the script's reply {live, now_ms, was_ms, reset_ms},
+// in which live is at least minLive. It never panics: anything else is an
+// error wrapping ErrReply.
+func parseFleetReply(v any, minLive int64) (beatReply, error) {
+	x, err := integers(v, 4)
 	if err != nil {
-		return 0, zero, zero, err
+		return beatReply{}, err
 	}
 	if live := x[0]; live < minLive || live > maxLive {
-		return 0, zero, zero, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
+		return beatReply{}, fmt.Errorf("%w: live %d is outside [%d, %d]", ErrReply, live, minLive, maxLive)
 	}
 	now, was, err := beatTimes(x[1], x[2])
 	if err != nil {
-		return 0, zero, zero, err
+		return beatReply{}, err
 	}
-	return int(x[0]), now, was, nil
+	if x[3] < 0 || x[3] > maxAmount {
+		return beatReply{}, fmt.Errorf("%w: reset %d ms is outside [0, 2^53)", ErrReply, x[3])
+	}
+	b := beatReply{live: int(x[0]), now: now, was: was}
+	if x[3] > 0 {
+		b.reset = time.UnixMilli(x[3])
+	}
+	return b, nil
 }
 
 // integers reads a reply of n integers. It never panics: anything else is

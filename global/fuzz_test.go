@@ -210,14 +210,15 @@ func FuzzParseReply(f *testing.F) {
 		}
 
 		ml := int64(max(minLive, 0))
-		live, now, was, err := parseFleetReply(v, ml)
+		b, err := parseFleetReply(v, ml)
 		if err != nil {
-			if !errors.Is(err, ErrReply) || live != 0 || !now.IsZero() || !was.IsZero() {
-				t.Fatalf("parseFleetReply(%#v) = %d, %v, %v, %v; want 0, zero times and ErrReply", v, live, now, was, err)
+			if !errors.Is(err, ErrReply) || b != (beatReply{}) {
+				t.Fatalf("parseFleetReply(%#v) = %+v, %v; want the zero reply and ErrReply", v, b, err)
 			}
-		} else if int64(live) < ml || live > maxLive || now.UnixMilli() < 0 || now.UnixMilli() > maxAmount ||
-			!was.IsZero() && (was.UnixMilli() <= 0 || was.UnixMilli() > maxAmount) {
-			t.Fatalf("parseFleetReply(%#v, %d) = %d, %v, %v: out of bounds", v, ml, live, now, was)
+		} else if int64(b.live) < ml || b.live > maxLive || b.now.UnixMilli() < 0 || b.now.UnixMilli() > maxAmount ||
+			!b.was.IsZero() && (b.was.UnixMilli() <= 0 || b.was.UnixMilli() > maxAmount) ||
+			!b.reset.IsZero() && (b.reset.UnixMilli() <= 0 || b.reset.UnixMilli() > maxAmount) {
+			t.Fatalf("parseFleetReply(%#v, %d) = %+v: out of bounds", v, ml, b)
 		}
 	})
 }

@@ -78,14 +78,16 @@ const maxAmount = 1<<53 - 1
 // own besides its configuration and is safe for concurrent use. Create one
 // with New.
 type Limiter struct {
-	rdb      Client
-	prefix   string // Config.Prefix + ":{"
-	fleetKey string // Config.Prefix + ":fleet{fleet}"
-	script   *redis.Script
-	fleet    *redis.Script // lua.Heartbeat
-	witness  *redis.Script // lua.Witness
-	peek     *redis.Script // lua.Peek
-	ahead    *redis.Script // lua.Ahead
+	rdb       Client
+	prefix    string // Config.Prefix + ":{"
+	fleetKey  string // Config.Prefix + ":fleet{fleet}"
+	resetsKey string // Config.Prefix + ":resets{fleet}"
+	script    *redis.Script
+	fleet     *redis.Script // lua.Heartbeat
+	witness   *redis.Script // lua.Witness
+	peek      *redis.Script // lua.Peek
+	ahead     *redis.Script // lua.Ahead
+	reset     *redis.Script // lua.Reset
 }
 
 // New returns a Limiter that keeps its buckets in rdb.
@@ -101,14 +103,16 @@ func New(rdb Client, cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("global: prefix %q contains '{' or '}'", prefix)
 	}
 	return &Limiter{
-		rdb:      rdb,
-		prefix:   prefix + ":{",
-		fleetKey: prefix + fleetSuffix,
-		script:   redis.NewScript(lua.Settle),
-		fleet:    redis.NewScript(lua.Heartbeat),
-		witness:  redis.NewScript(lua.Witness),
-		peek:     redis.NewScript(lua.Peek),
-		ahead:    redis.NewScript(lua.Ahead),
+		rdb:       rdb,
+		prefix:    prefix + ":{",
+		fleetKey:  prefix + fleetSuffix,
+		resetsKey: prefix + resetsSuffix,
+		script:    redis.NewScript(lua.Settle),
+		fleet:     redis.NewScript(lua.Heartbeat),
+		witness:   redis.NewScript(lua.Witness),
+		peek:      redis.NewScript(lua.Peek),
+		ahead:     redis.NewScript(lua.Ahead),
+		reset:     redis.NewScript(lua.Reset),
 	}, nil
 }
 

@@ -143,36 +143,39 @@ func TestParseFleetReply(t *testing.T) {
 		minLive int64
 		ok      bool
 	}{
-		{"valid", []any{int64(3), int64(now), int64(now - 1000)}, 1, true},
-		{"valid first beat", []any{int64(3), int64(now), int64(0)}, 1, true},
-		{"valid empty after leave", []any{int64(0), int64(now), int64(0)}, 0, true},
-		{"valid at time 0", []any{int64(1), int64(0), int64(0)}, 1, true},
-		{"valid largest", []any{int64(maxLive), int64(maxAmount), int64(maxAmount)}, 1, true},
+		{"valid", []any{int64(3), int64(now), int64(now - 1000), int64(0)}, 1, true},
+		{"valid first beat", []any{int64(3), int64(now), int64(0), int64(0)}, 1, true},
+		{"valid empty after leave", []any{int64(0), int64(now), int64(0), int64(0)}, 0, true},
+		{"valid at time 0", []any{int64(1), int64(0), int64(0), int64(0)}, 1, true},
+		{"valid largest", []any{int64(maxLive), int64(maxAmount), int64(maxAmount), int64(0)}, 1, true},
 		{"nil", nil, 0, false},
 		{"string", "OK", 0, false},
 		{"integer", int64(1), 0, false},
 		{"empty", []any{}, 0, false},
 		{"one value", []any{int64(1)}, 0, false},
-		{"two values", []any{int64(1), int64(now)}, 0, false},
-		{"four values", []any{int64(1), int64(now), int64(0), int64(0)}, 0, false},
-		{"nil values", []any{nil, nil, nil}, 0, false},
-		{"string values", []any{"1", "2", "3"}, 0, false},
-		{"int, not int64", []any{1, now, int64(0)}, 0, false},
-		{"float", []any{1.5, int64(now), int64(0)}, 0, false},
-		{"nested", []any{[]any{int64(1)}, int64(now), int64(0)}, 0, false},
-		{"int64 slice", []int64{1, now, 0}, 0, false},
+		{"three values, the reply before resets", []any{int64(1), int64(now), int64(0)}, 0, false},
+		{"five values", []any{int64(1), int64(now), int64(0), int64(0), int64(0)}, 0, false},
+		{"nil values", []any{nil, nil, nil, nil}, 0, false},
+		{"string values", []any{"1", "2", "3", "4"}, 0, false},
+		{"int, not int64", []any{1, now, int64(0), int64(0)}, 0, false},
+		{"float", []any{1.5, int64(now), int64(0), int64(0)}, 0, false},
+		{"nested", []any{[]any{int64(1)}, int64(now), int64(0), int64(0)}, 0, false},
+		{"int64 slice", []int64{1, now, 0, 0}, 0, false},
 		{"map", map[any]any{"live": int64(1)}, 0, false},
-		{"error value", []any{errors.New("x"), int64(now), int64(0)}, 0, false},
-		{"beat counts none", []any{int64(0), int64(now), int64(0)}, 1, false},
-		{"negative live", []any{int64(-1), int64(now), int64(0)}, 0, false},
-		{"live beyond 2^31", []any{int64(maxLive + 1), int64(now), int64(0)}, 0, false},
-		{"negative now", []any{int64(1), int64(-1), int64(0)}, 0, false},
-		{"now beyond 2^53", []any{int64(1), int64(1 << 53), int64(0)}, 0, false},
-		{"negative last beat", []any{int64(1), int64(now), int64(-1)}, 0, false},
-		{"last beat beyond 2^53", []any{int64(1), int64(now), int64(1 << 53)}, 0, false},
+		{"error value", []any{errors.New("x"), int64(now), int64(0), int64(0)}, 0, false},
+		{"beat counts none", []any{int64(0), int64(now), int64(0), int64(0)}, 1, false},
+		{"negative live", []any{int64(-1), int64(now), int64(0), int64(0)}, 0, false},
+		{"live beyond 2^31", []any{int64(maxLive + 1), int64(now), int64(0), int64(0)}, 0, false},
+		{"negative now", []any{int64(1), int64(-1), int64(0), int64(0)}, 0, false},
+		{"now beyond 2^53", []any{int64(1), int64(1 << 53), int64(0), int64(0)}, 0, false},
+		{"negative last beat", []any{int64(1), int64(now), int64(-1), int64(0)}, 0, false},
+		{"last beat beyond 2^53", []any{int64(1), int64(now), int64(1 << 53), int64(0)}, 0, false},
+		{"valid with a reset", []any{int64(1), int64(now), int64(0), int64(now - 5000)}, 1, true},
+		{"negative reset", []any{int64(1), int64(now), int64(0), int64(-1)}, 0, false},
+		{"reset beyond 2^53", []any{int64(1), int64(now), int64(0), int64(1 << 53)}, 0, false},
 	}
 	for _, tt := range tests {
-		live, at, was, err := parseFleetReply(tt.v, tt.minLive)
+		b, err := parseFleetReply(tt.v, tt.minLive)
 		if tt.ok {
 			if err != nil {
 				t.Errorf("%s: parseFleetReply(%v, %d) = %v, want nil", tt.name, tt.v, tt.minLive, err)
@@ -180,18 +183,18 @@ func TestParseFleetReply(t *testing.T) {
 			continue
 		}
 		if !errors.Is(err, ErrReply) {
-			t.Errorf("%s: parseFleetReply(%v, %d) = %d, %v, %v; want %v", tt.name, tt.v, tt.minLive, live, at, err, ErrReply)
+			t.Errorf("%s: parseFleetReply(%v, %d) = %+v, %v; want %v", tt.name, tt.v, tt.minLive, b, err, ErrReply)
 		}
-		if live != 0 || !at.IsZero() || !was.IsZero() {
-			t.Errorf("%s: parseFleetReply(%v, %d) = %d, %v, %v with the error, want 0 and zero times", tt.name, tt.v, tt.minLive, live, at, was)
+		if b != (beatReply{}) {
+			t.Errorf("%s: parseFleetReply(%v, %d) = %+v with the error, want the zero reply", tt.name, tt.v, tt.minLive, b)
 		}
 	}
 
-	live, at, was, err := parseFleetReply([]any{int64(7), int64(now), int64(now - 1000)}, 1)
-	if err != nil || live != 7 || !at.Equal(time.UnixMilli(now)) || !was.Equal(time.UnixMilli(now-1000)) {
-		t.Errorf("parseFleetReply = %d, %v, %v, %v; want 7, %v, %v", live, at, was, err, time.UnixMilli(now), time.UnixMilli(now-1000))
+	b, err := parseFleetReply([]any{int64(7), int64(now), int64(now - 1000), int64(now - 2000)}, 1)
+	if err != nil || b.live != 7 || !b.now.Equal(time.UnixMilli(now)) || !b.was.Equal(time.UnixMilli(now-1000)) || !b.reset.Equal(time.UnixMilli(now-2000)) {
+		t.Errorf("parseFleetReply = %+v, %v; want 7, %v, %v, %v", b, err, time.UnixMilli(now), time.UnixMilli(now-1000), time.UnixMilli(now-2000))
 	}
-	if _, _, was, err := parseFleetReply([]any{int64(7), int64(now), int64(0)}, 1); err != nil || !was.IsZero() {
-		t.Errorf("parseFleetReply of a first beat: last beat %v, %v; want the zero time", was, err)
+	if b, err := parseFleetReply([]any{int64(7), int64(now), int64(0), int64(0)}, 1); err != nil || !b.was.IsZero() || !b.reset.IsZero() {
+		t.Errorf("parseFleetReply of a first beat, no reset: %+v, %v; want zero times", b, err)
 	}
 }

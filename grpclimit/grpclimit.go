@@ -238,6 +238,24 @@ func New(lim *hybrid.Limiter, cfg Config) (*Interceptor, error) {
 	return ic, nil
 }
 
+// Reset makes the bucket of key full again across the fleet
+// (hybrid.Limiter.Reset): an operator unblocking a client, from an admin
+// tool or a method of the service's own (the interceptor serves none for
+// it). key is what the single tier's Key returns for the caller, or, for an
+// Interceptor of Checks, a Check's Key; a long key is hashed as the
+// interceptor hashes it. Its errors are Reset's: while Redis is down, one
+// wrapping hybrid.ErrUnavailable.
+func (ic *Interceptor) Reset(ctx context.Context, key string) error {
+	if ic.checks == nil {
+		key = ic.keyPrefix + key
+	}
+	bk, err := httplimit.BucketKey(key)
+	if err != nil {
+		return err
+	}
+	return ic.lim.Reset(ctx, bk)
+}
+
 // Stats returns a snapshot of ic's counters.
 func (ic *Interceptor) Stats() Stats {
 	var s Stats

@@ -313,6 +313,24 @@ func (m *Middleware) Stats() Stats {
 	return s
 }
 
+// Reset makes the bucket of key full again across the fleet
+// (hybrid.Limiter.Reset): an operator unblocking a client, from an admin
+// tool or a handler of the service's own (the middleware serves no endpoint
+// for it). key is what the single tier's Key returns for the client (its
+// address, say), or, for a Middleware of Checks, a Check's Key; a long key
+// is hashed as the middleware hashes it. Its errors are Reset's: while
+// Redis is down, one wrapping hybrid.ErrUnavailable.
+func (m *Middleware) Reset(ctx context.Context, key string) error {
+	if m.checks == nil {
+		key = m.keyPrefix + key
+	}
+	bk, err := BucketKey(key)
+	if err != nil {
+		return err
+	}
+	return m.lim.Reset(ctx, bk)
+}
+
 // shard returns a counter shard, picked at random.
 func (m *Middleware) shard() *shard {
 	return &m.counters[rand.Uint32()%nShards]

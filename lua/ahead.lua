@@ -28,7 +28,8 @@
 -- that went back refills nothing and ts never moves back), and take cost if
 -- that leaves no more than debt owed: t - cost >= -debt. A take writes the
 -- bucket with the
--- TTL settle.lua gives it, until it is full again: a readable hash keeps
+-- TTL settle.lua gives it, until it is full again (and a reset's mark is
+-- no longer kept): a readable hash keeps
 -- its other fields (records, an outage's pool) and gets t and ts in one
 -- HSET, then PEXPIRE; anything else becomes the string "<t> <ts>" with SET
 -- PX. A call that takes nothing writes nothing.
@@ -52,6 +53,9 @@ if num >= EXACT then
 end
 if ts > now then
   ttl = ttl + ceil((ts - now) / 1000)
+end
+if hash and zkeep and zkeep > now and ttl < ceil((zkeep - now) / 1000) then
+  ttl = ceil((zkeep - now) / 1000) -- a reset's mark is kept that long
 end
 if ttl < 1000 then
   ttl = 1000

@@ -19,6 +19,9 @@
 --              or anything settle.lua would replace with a full bucket
 --              (another type, a string that is not "<t> <ts>", a hash whose
 --              t or ts is unreadable), which reads as full
+--   zkeep      for a hash with a reset's mark (reset.lua), until when the
+--              mark is kept (a write's TTL lasts that long at least); else
+--              nil
 -- and the constants and functions declared here. Errors ("ERR hybrid: ...")
 -- for bad KEYS or ARGV come before anything is read; an error of Redis
 -- itself (not WRONGTYPE) is passed on.
@@ -65,7 +68,7 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
 
 -- The state, as settle.lua reads it. pcall, so that WRONGTYPE is seen here.
-local t, ts
+local t, ts, zkeep
 local hash = false
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'string' then
@@ -74,7 +77,7 @@ if type(v) == 'string' then
 elseif v and not find(v.err, 'WRONGTYPE', 1, true) then
   return redis.error_reply(v.err)
 elseif v then
-  local state = redis.pcall('HMGET', KEYS[1], 't', 'ts')
+  local state = redis.pcall('HMGET', KEYS[1], 't', 'ts', 'z')
   if state.err then
     if not find(state.err, 'WRONGTYPE', 1, true) then
       return redis.error_reply(state.err)
@@ -82,6 +85,9 @@ elseif v then
   else
     t, ts = tonumber(state[1]), tonumber(state[2])
     hash = true
+    if state[3] then
+      zkeep = tonumber(match(state[3], '^%d+ %d+ (%d+)$'))
+    end
   end
 end
 if t == nil or ts == nil or t % 1 ~= 0 or ts % 1 ~= 0 or not (ts >= 0 and ts <= MAX_AMOUNT) then

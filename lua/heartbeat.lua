@@ -13,12 +13,16 @@
 --          (in KEYS[1]'s slot): a string, the Redis time of its last beat
 --          in milliseconds, kept for 10 * ttl_ms and at least 10 minutes,
 --          whatever the fleet's reaping
+-- KEYS[3]  optional, with KEYS[2]: the fleet's resets, e.g.
+--          "hybrid:resets{fleet}" (in KEYS[1]'s slot): a sorted set of the
+--          bucket keys reset lately (reset.lua), scored by the Redis time of
+--          their reset in milliseconds, kept 10 minutes
 -- ARGV     id, ttl_ms, leave
 --            id      the instance, 1 to 256 bytes, any bytes
 --            ttl_ms  how long a beat keeps an instance live, an integer in
 --                    [1, 2^40]
 --            leave   "0" to beat, "1" to remove id instead
--- returns  {live, now_ms, was_ms}, all integers:
+-- returns  {live, now_ms, was_ms, reset_ms}, all integers:
 --            live    instances heard from within ttl_ms of now, after the
 --                    call (so at least 1 after a beat)
 --            now_ms  Redis TIME in milliseconds, rounded down
@@ -27,6 +31,10 @@
 --                    that finds an older beat than its last one talks to
 --                    a Redis that lost its writes since (a failover to a
 --                    replica that lagged, say)
+--            reset_ms  the Redis time of the latest reset in KEYS[3], 0 if
+--                    none (or no KEYS[3]): an instance that has not seen it
+--                    yet stops trusting its views of the buckets from
+--                    before it
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV, before anything is read;
 --          WRONGTYPE when KEYS[1] holds something other than a sorted set,
 --          before anything is written.
@@ -41,6 +49,8 @@
 --   4. if the set still exists (an empty sorted set does not), it expires
 --      2 * ttl_ms from now, at least 1 s: a fleet that stops beating
 --      vanishes, and a set that lives on always has its TTL renewed
+--   5. with KEYS[3]: the resets older than 10 minutes are removed, and
+--      reset_ms is the highest score left
 --
 -- Each call reaps with its own ttl_ms, so the fleet should agree on one.
 -- All numbers stay below 2^53 and are written with %.0f.
@@ -54,9 +64,10 @@ end
 
 local MAX_ID = 256
 local MAX_TTL_MS = 1099511627776 -- 2^40 ms, about 35 years
+local RESETS_MS = 600000          -- how long a reset is told: 10 minutes
 
-if #KEYS ~= 1 and #KEYS ~= 2 then
-  return redis.error_reply('ERR hybrid: want 1 or 2 keys, got ' .. #KEYS)
+if #KEYS < 1 or #KEYS > 3 then
+  return redis.error_reply('ERR hybrid: want 1 to 3 keys, got ' .. #KEYS)
 end
 if #ARGV ~= 3 then
   return redis.error_reply('ERR hybrid: want 3 arguments (id, ttl_ms, leave), got ' .. #ARGV)
@@ -82,7 +93,7 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 -- 1. Beat or leave.
 local was = 0
-if #KEYS == 2 then
+if #KEYS >= 2 then
   was = tonumber(redis.call('GET', KEYS[2]))
   if was == nil or was ~= was or was < 0 or was ~= math.floor(was) then
     was = 0
@@ -91,12 +102,12 @@ end
 
 if leave == '1' then
   redis.call('ZREM', key, id)
-  if #KEYS == 2 then
+  if #KEYS >= 2 then
     redis.call('DEL', KEYS[2])
   end
 else
   redis.call('ZADD', key, string.format('%.0f', now), id)
-  if #KEYS == 2 then
+  if #KEYS >= 2 then
     local keep = 10 * ttl
     if keep < 600000 then
       keep = 600000
@@ -123,4 +134,14 @@ if live > 0 then
   redis.call('PEXPIRE', key, string.format('%.0f', expire))
 end
 
-return {live, now, was}
+-- 5. The latest reset.
+local reset = 0
+if #KEYS == 3 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now - RESETS_MS))
+  local last = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if last[2] then
+    reset = tonumber(last[2]) or 0
+  end
+end
+
+return {live, now, was, reset}

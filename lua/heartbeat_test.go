@@ -24,8 +24,8 @@ func TestHeartbeatRejectsArguments(t *testing.T) {
 		argv []string
 		want string // in the error
 	}{
-		{"no key", nil, ok, "want 1 or 2 keys"},
-		{"three keys", []string{"{f}x", "{f}y", "{f}z"}, ok, "want 1 or 2 keys"},
+		{"no key", nil, ok, "want 1 to 3 keys"},
+		{"four keys", []string{"{f}w", "{f}x", "{f}y", "{f}z"}, ok, "want 1 to 3 keys"},
 		{"no args", []string{"f"}, nil, "want 3 arguments"},
 		{"two args", []string{"f"}, ok[:2], "want 3 arguments"},
 		{"four args", []string{"f"}, append(with(0, "a"), "0"), "want 3 arguments"},
@@ -77,7 +77,8 @@ func TestHeartbeatRejectsArguments(t *testing.T) {
 	})
 }
 
-// beat runs the script once and returns {live, now_ms, was_ms}.
+// beat runs the script once and returns {live, now_ms, was_ms} (reset_ms
+// is 0 without KEYS[3]).
 func beat(t *testing.T, rdb *redis.Client, key, id string, ttlMS int64, leave int) (live, now, was int64) {
 	t.Helper()
 	v, err := rdb.Eval(t.Context(), lua.Heartbeat, []string{key}, id, ttlMS, leave).Result()
@@ -85,14 +86,14 @@ func beat(t *testing.T, rdb *redis.Client, key, id string, ttlMS int64, leave in
 		t.Fatalf("EVAL(%s, %d, %d): %v", id, ttlMS, leave, err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 3 {
-		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 3 integers", id, ttlMS, leave, v)
+	if !ok || len(a) != 4 || a[3] != int64(0) {
+		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 3 integers and 0", id, ttlMS, leave, v)
 	}
 	live, ok1 := a[0].(int64)
 	now, ok2 := a[1].(int64)
 	was, ok3 := a[2].(int64)
 	if !ok1 || !ok2 || !ok3 {
-		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 3 integers", id, ttlMS, leave, v)
+		t.Fatalf("EVAL(%s, %d, %d) = %#v, want 4 integers", id, ttlMS, leave, v)
 	}
 	return live, now, was
 }
@@ -274,4 +275,42 @@ func TestHeartbeatWitness(t *testing.T) {
 	if m.Exists(keys[1]) {
 		t.Errorf("the witness outlives a leave")
 	}
+}
+
+// TestHeartbeatResets: with KEYS[3], a beat replies the latest reset of the
+// fleet's resets, drops the resets older than 10 minutes, and replies 0
+// when none is left.
+func TestHeartbeatResets(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		if b.m == nil {
+			t.Skip("10 minutes are stepped over on miniredis's clock")
+		}
+		ctx := t.Context()
+		keys := []string{"{f}", "{f}:a", "{f}:resets"}
+		reset := func() int64 {
+			t.Helper()
+			v, err := b.rdb.Eval(ctx, lua.Heartbeat, keys, "a", 3000, 0).Int64Slice()
+			if err != nil || len(v) != 4 {
+				t.Fatalf("EVAL = %v, %v", v, err)
+			}
+			return v[3]
+		}
+		if got := reset(); got != 0 {
+			t.Errorf("no reset: %d", got)
+		}
+		now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+		b.m.SetTime(now)
+		at := now.Add(-time.Minute).UnixMilli()
+		b.rdb.ZAdd(ctx, "{f}:resets", redis.Z{Score: float64(at - 1000), Member: "k1"}, redis.Z{Score: float64(at), Member: "k2"})
+		if got := reset(); got != at {
+			t.Errorf("the latest reset: %d, want %d", got, at)
+		}
+		b.m.SetTime(now.Add(10 * time.Minute))
+		if got := reset(); got != 0 {
+			t.Errorf("resets 11 minutes old: %d, want 0", got)
+		}
+		if n, _ := b.rdb.ZCard(ctx, "{f}:resets").Result(); n != 0 {
+			t.Errorf("%d resets left after 11 minutes, want none", n)
+		}
+	})
 }

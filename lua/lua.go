@@ -64,6 +64,16 @@ var Peek = withBucket(peekSource)
 // once the bucket is back at 0.
 var Ahead = withBucket(aheadSource)
 
+// Reset is the source of reset.lua: the bucket kept in KEYS[1] full again,
+// whatever it held, and marked. With ARGV grace_ms and keep_ms it replaces
+// the key with a full bucket and a mark that Settle reads: for grace_ms its
+// charges take from the bucket down to 0 at most, never into debt, and until
+// keep_ms so do the charges of an outage that began before the reset. It
+// replies {now_us}.
+//
+//go:embed reset.lua
+var Reset string
+
 var (
 	//go:embed peek.lua
 	peekSource string

@@ -22,6 +22,9 @@
 --            p             the number of fields after the last prune
 --            o             "<pool> <end_us>": an outage's pool (see
 --                          since), while some of it is left
+--            z             "<at_us> <grace_end_us> <keep_end_us>": the
+--                          mark of a reset (reset.lua), kept until
+--                          keep_end_us at least
 --          and stays one until it expires (a call without a seq keeps its
 --          records). A missing key is a full bucket with no records. A key
 --          that holds another type, a string that is not "<t> <ts>", or a
@@ -113,12 +116,16 @@
 --      the pool, which is written back while some is left (deleted once
 --      drawn). A bucket written through this call's outage has no pool
 --      for it: a charge of a partial outage is charged in full
---   3. t = max(min(t, -debt), t - consumed); forgiven = what max dropped
+--   3. t = max(min(t, -debt), t - consumed); forgiven = what max dropped;
+--      with 0 for -debt while a reset's grace lasts, and for a charge whose
+--      outage began before the reset (since < at): what was spent before
+--      a reset takes from the new bucket, never into debt
 --   4. granted = min(want, max(t, 0)), rounded down to a multiple of
 --      quantum, or 0 if that is below min_grant; t = t - granted (what is
 --      left of a quantum stays in the bucket)
 --   5. write the bucket with a TTL that ends when it is full again:
---      ceil((burst - t) * 1000 / rate) ms, at least 1 s, at most 2^43 ms
+--      ceil((burst - t) * 1000 / rate) ms, at least 1 s (and at least
+--      until a reset's keep_end), at most 2^43 ms
 --      (which keeps it valid on Redis and on miniredis, whose TTLs are
 --      time.Duration). Without a seq, and unless the key is a readable
 --      hash, as a string: SET "<t> <ts>" PX ttl, which replaces whatever
@@ -391,6 +398,17 @@ local function bucket(v)
   return nil
 end
 
+-- mark parses a reset's mark "<at> <grace_end> <keep_end>" (reset.lua) into
+-- its three times; nil if unreadable.
+local function mark(v)
+  local a, g, k = match(v, '^(%d+) (%d+) (%d+)$')
+  a, g, k = tonumber(a), tonumber(g), tonumber(k)
+  if a and g and k and a <= MAX_AMOUNT and g <= MAX_AMOUNT and k <= MAX_AMOUNT then
+    return a, g, k
+  end
+  return nil
+end
+
 local time = rcall('TIME')
 local now = tonumber(time[1]) * MICRO + tonumber(time[2])
 
@@ -465,12 +483,14 @@ for i = 1, nkeys do
   local missing = false -- a hash read as missing: maybe of other fields
   local t, ts
   local p, rs, rg = 0, nil, nil -- p and the record's seq and granted
+  local zat, zgrace, zkeep -- a reset's mark (see reset.lua), if readable
   local rfield = instance and ('q:' .. instance)
   local state -- an HMGET reply
+  local zi = 4 -- the reset mark's place in it (see reset.lua)
   if since > 0 then
-    state = rpcall('HMGET', key, 't', 'ts', 'p', rfield, 'o')
+    state, zi = rpcall('HMGET', key, 't', 'ts', 'p', rfield, 'o', 'z'), 6
   elseif rfield then
-    state = rpcall('HMGET', key, 't', 'ts', 'p', rfield)
+    state, zi = rpcall('HMGET', key, 't', 'ts', 'p', rfield, 'z'), 5
   end
   if state then
     if state.err and find(state.err, 'WRONGTYPE', 1, true) then
@@ -495,7 +515,7 @@ for i = 1, nkeys do
       form, reset = 'other', 1 -- neither a hash nor a string
     else
       form = 'hash'
-      state = rpcall('HMGET', key, 't', 'ts', 'p')
+      state = rpcall('HMGET', key, 't', 'ts', 'p', 'z')
     end
   end
   if state then
@@ -529,6 +549,9 @@ for i = 1, nkeys do
         end
         if rfield and state[4] then
           rs, rg = record(state[4])
+        end
+        if state[zi] then
+          zat, zgrace, zkeep = mark(state[zi])
         end
       end
     end
@@ -618,6 +641,12 @@ for i = 1, nkeys do
     -- room and consumed - room are exact (room is below 2^51, consumed
     -- below 2^53); t - consumed alone may not be.
     local floor = -debt
+    if zat and (now < zgrace or since > 0 and since < zat) then
+      -- A reset's grace, or an outage's charge from before the reset:
+      -- what was spent before it takes from the new bucket, never into
+      -- debt.
+      floor = 0
+    end
     if t < floor then
       floor = t
     end
@@ -654,6 +683,9 @@ for i = 1, nkeys do
     end
     if ts > now then
       ttl = ttl + ceil((ts - now) / 1000)
+    end
+    if zkeep and zkeep > now and ttl < ceil((zkeep - now) / 1000) then
+      ttl = ceil((zkeep - now) / 1000) -- a reset's mark is kept that long
     end
     if ttl < 1000 then
       ttl = 1000

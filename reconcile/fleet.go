@@ -58,18 +58,15 @@ func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 // fleet count, and returns the live count and Redis's clock. A failure is
 // counted.
 func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err error) {
-	nd := r.def
-	if r.router != nil {
-		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
-		nd = r.node(r.router.FleetNode(lctx), "", true)
-		cancel()
-	}
-	var was time.Time
-	err = r.call(ctx, nd, 1, func(ctx context.Context) error {
+	var was, reset time.Time
+	err = r.DoFleet(ctx, func(ctx context.Context) error {
 		var err error
-		if w, ok := r.st.(witness); ok {
-			live, now, was, err = w.HeartbeatWas(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
-		} else {
+		switch st := r.st.(type) {
+		case resets:
+			live, now, was, reset, err = st.HeartbeatReset(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		case witness:
+			live, now, was, err = st.HeartbeatWas(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
+		default:
 			live, now, err = r.st.Heartbeat(ctx, r.cfg.InstanceID, 3*r.cfg.HeartbeatInterval)
 		}
 		return err
@@ -81,8 +78,43 @@ func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err err
 	if _, ok := r.st.(witness); ok {
 		r.witnessed(now, was)
 	}
+	if !reset.IsZero() {
+		r.NoteReset(reset)
+	}
 	return live, now, nil
 }
+
+// resets is implemented by a Store whose heartbeat also tells the fleet's
+// latest reset of a bucket (*global.Limiter).
+type resets interface {
+	HeartbeatReset(ctx context.Context, id string, ttl time.Duration) (live int, now, was, reset time.Time, err error)
+}
+
+// NoteReset records that a bucket was reset at at (Redis time), as a
+// heartbeat tells or as this instance made it: a reset later than the last
+// one noted makes the views of buckets seen until now untrusted (see
+// ResetSeen).
+func (r *Reconciler) NoteReset(at time.Time) {
+	ms := at.UnixMilli()
+	for {
+		old := r.lastReset.Load()
+		if ms <= old {
+			return
+		}
+		if r.lastReset.CompareAndSwap(old, ms) {
+			r.resetSeen.Store(int64(r.clock.Now()))
+			return
+		}
+	}
+}
+
+// ResetSeen returns when this instance learned of the fleet's latest reset
+// of a bucket, on its clock (0 if none): a view of a bucket seen before then
+// may be of a bucket reset since, and denies nothing here (the request asks
+// Redis instead). Which bucket is not told: every view from before is
+// untrusted once, a round trip more for keys denied here, as resets are
+// rare.
+func (r *Reconciler) ResetSeen() time.Duration { return time.Duration(r.resetSeen.Load()) }
 
 // youngBeats is how many of an instance's first heartbeats come a
 // SyncInterval apart rather than a HeartbeatInterval: instances that start

@@ -279,6 +279,18 @@ func (r *Reconciler) Do(ctx context.Context, key string, f func(ctx context.Cont
 	return r.call(ctx, n, 1, f)
 }
 
+// DoFleet calls f through the breaker of the node that holds the fleet's
+// count (on a single Redis, the one breaker), as Do does for a key.
+func (r *Reconciler) DoFleet(ctx context.Context, f func(ctx context.Context) error) error {
+	n := r.def
+	if r.router != nil {
+		lctx, cancel := context.WithTimeout(ctx, r.callTimeout)
+		n = r.node(r.router.FleetNode(lctx), "", true)
+		cancel()
+	}
+	return r.call(ctx, n, 1, f)
+}
+
 // calls counts the round trips to Redis under way in this process, of
 // every Reconciler (see Busy).
 var calls atomic.Int32

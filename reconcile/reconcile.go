@@ -176,6 +176,10 @@ type Reconciler struct {
 	// live, 0 if the last one did not (loop goroutine only).
 	fewerSince time.Duration
 	beats      atomic.Int64 // heartbeats made by the loop
+	// lastReset is the Redis time, in ms, of the latest reset of a bucket
+	// this instance knows of, and resetSeen when it learned of it, on its
+	// clock (see NoteReset).
+	lastReset, resetSeen atomic.Int64
 	// beatFlight shares the recounts of a young instance's first fetches.
 	beatFlight singleflight.Group
 	// counted is closed once the first heartbeat has answered or failed.
@@ -338,6 +342,9 @@ func (r *Reconciler) Instances() int64 { return r.live.Load() }
 
 // SyncInterval returns the time between two rounds.
 func (r *Reconciler) SyncInterval() time.Duration { return r.cfg.SyncInterval }
+
+// HeartbeatInterval returns Config.HeartbeatInterval, its default filled in.
+func (r *Reconciler) HeartbeatInterval() time.Duration { return r.cfg.HeartbeatInterval }
 
 // LocalCapacity returns the most allowance one key holds, in micro-tokens.
 func (r *Reconciler) LocalCapacity() int64 { return r.lc }
