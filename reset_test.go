@@ -87,34 +87,39 @@ func TestReset(t *testing.T) {
 }
 
 // TestResetDown: a reset while Redis is down is an error, never a silent
-// no-op; once Redis is back it resets.
+// no-op, in a fleet of 4 and every mode; once Redis is back it resets.
 func TestResetDown(t *testing.T) {
-	inFleet(t, 2, hybrid.Config{}, func(t *testing.T, f *fleet) {
-		ctx := context.Background()
-		l := f.lims[0]
-		lim := hybrid.Limit{Rate: slow, Burst: 2, Mode: hybrid.Exact}
-		f.setDown(true)
-		for range 20 { // the breaker opens
-			l.Allow(ctx, "k", lim)
-			settle(interval)
-		}
-		err := l.Reset(ctx, "k")
-		if !errors.Is(err, hybrid.ErrUnavailable) {
-			t.Errorf("Reset with Redis down = %v, want ErrUnavailable", err)
-		}
-		if err := l.Reset(ctx, ""); !errors.Is(err, hybrid.ErrInvalidKey) {
-			t.Errorf("Reset of an empty key = %v, want ErrInvalidKey", err)
-		}
-		f.setDown(false)
-		settle(2*openTimeout + 3*interval)
-		if err := l.Reset(ctx, "k"); err != nil {
-			t.Errorf("Reset with Redis back = %v", err)
-		}
-		if err := l.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Reset(ctx, "k"); !errors.Is(err, hybrid.ErrClosed) {
-			t.Errorf("Reset after Close = %v, want ErrClosed", err)
-		}
-	})
+	for _, mode := range []hybrid.Mode{hybrid.Lease, hybrid.Optimistic, hybrid.Exact} {
+		t.Run(mode.String(), func(t *testing.T) {
+			inFleet(t, 4, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				ctx := context.Background()
+				l := f.lims[0]
+				lim := hybrid.Limit{Rate: slow, Burst: 2, Mode: mode}
+				f.setDown(true)
+				for range 20 { // the breakers open
+					for _, l := range f.lims {
+						l.Allow(ctx, "k", lim)
+					}
+					settle(interval)
+				}
+				if err := l.Reset(ctx, "k"); !errors.Is(err, hybrid.ErrUnavailable) {
+					t.Errorf("Reset with Redis down = %v, want ErrUnavailable", err)
+				}
+				if err := l.Reset(ctx, ""); !errors.Is(err, hybrid.ErrInvalidKey) {
+					t.Errorf("Reset of an empty key = %v, want ErrInvalidKey", err)
+				}
+				f.setDown(false)
+				settle(2*openTimeout + 3*interval)
+				if err := l.Reset(ctx, "k"); err != nil {
+					t.Errorf("Reset with Redis back = %v", err)
+				}
+				if err := l.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Reset(ctx, "k"); !errors.Is(err, hybrid.ErrClosed) {
+					t.Errorf("Reset after Close = %v, want ErrClosed", err)
+				}
+			})
+		})
+	}
 }
