@@ -75,8 +75,12 @@ func (l *Limiter) takeAhead(ctx context.Context, key string, lim Limit, n int64)
 		unsettled = l.r.Unsettled(e)
 	}
 	if debt -= unsettled; debt < 0 {
-		l.stats.redisDenied.Add(1)
+		l.stats.localDenied.Add(1)
 		t.res = l.denied(sp, lim, limit.DurationFor(cost-debt, sp.Limit.Rate), local.View{}, 0, SourceLocal)
+		return t, true, nil
+	}
+	if res, ok := l.tooLate(e, sp, lim, cost, debt); ok {
+		t.res = res // the view shows it: no round trip to be told
 		return t, true, nil
 	}
 	var rep global.Reply
@@ -137,4 +141,27 @@ func (l *Limiter) untake(key string, sp *reconcile.Spec, cost int64, due bool) {
 			l.r.SetView(e, local.View{Tokens: min(v.Tokens+cost, sp.Limit.Burst), Seen: v.Seen})
 		}
 	}
+}
+
+// tooLate reports whether e's fresh view of the bucket shows already that a
+// take ahead of cost micro-tokens would owe more than debt, and so be
+// refused: the bucket, as last seen and refilled since (and, for a lease,
+// with what this instance holds of it), lacks more than debt. res is then
+// the denial, told here with no round trip, as a lease's heldBack tells its
+// own (a caller with a short deadline, asking often, would cost Redis a
+// call for each). A view from before a reset, or stale, tells nothing.
+func (l *Limiter) tooLate(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost, debt int64) (res Result, ok bool) {
+	if e == nil || e.X.Spec() != sp {
+		return Result{}, false
+	}
+	now := l.clock.Now()
+	v := e.View()
+	if v.Seen == 0 || v.Seen < l.r.ResetSeen() || v.Age(now) > l.r.Fresh(e, sp) {
+		return Result{}, false
+	}
+	held := leaseHeld(e, sp)
+	if v.Tokens+l.r.Refill(sp, v.Age(now))+held >= cost-debt {
+		return Result{}, false
+	}
+	return l.deniedHere(sp, lim, untilHolds(sp, v, cost-held, now), v, held, now), true
 }
