@@ -99,18 +99,9 @@ func (l *Limiter) takeAhead(ctx context.Context, key string, lim Limit, n int64)
 	rep.Tokens -= unsettled
 	now := l.clock.Now()
 	t = taken{sp: sp, cost: cost, due: now, redis: rep.Granted > 0}
-	t.res = Result{
-		Allowed:    rep.Granted > 0,
-		Source:     SourceRedis,
-		Remaining:  max(rep.Tokens, 0) / local.Micro,
-		ResetAfter: limit.DurationFor(sp.Limit.Burst-rep.Tokens, sp.Limit.Rate),
-		Limit:      lim,
-		seen:       now,
-		clock:      &l.clock,
-	}
-	if !t.res.Allowed {
+	t.res = l.fromBucket(sp, lim, rep.Tokens, cost, t.redis, now)
+	if !t.redis {
 		l.stats.redisDenied.Add(1)
-		t.res.RetryAfter = limit.DurationFor(cost-rep.Tokens, sp.Limit.Rate)
 		return t, true, nil
 	}
 	l.stats.redisAllowed.Add(1)

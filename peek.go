@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hybridlimit/hybrid/internal/limit"
 	"github.com/hybridlimit/hybrid/local"
 	"github.com/hybridlimit/hybrid/reconcile"
 )
@@ -53,7 +52,7 @@ func (l *Limiter) peek(ctx context.Context, key string, e *reconcile.Entry, sp *
 	if e != nil && sp.Mode != Exact {
 		if left := e.Allowance.Load(); left >= cost && left > 0 {
 			var res Result
-			l.peekedIn(&res, e, sp, lim, left)
+			l.allowedIn(&res, e, sp, lim, left, SourceLocal) // nothing spent, nothing counted
 			return res, nil
 		}
 	}
@@ -87,26 +86,7 @@ func (l *Limiter) peek(ctx context.Context, key string, e *reconcile.Entry, sp *
 		}
 	}
 	tokens = min(tokens, sp.Limit.Burst)
-	res := Result{
-		Allowed:    tokens >= cost,
-		Source:     SourceRedis,
-		Remaining:  max(tokens, 0) / local.Micro,
-		ResetAfter: limit.DurationFor(sp.Limit.Burst-tokens, sp.Limit.Rate),
-		Limit:      lim,
-		seen:       now,
-		clock:      &l.clock,
-	}
-	if !res.Allowed {
-		res.RetryAfter = limit.DurationFor(cost-tokens, sp.Limit.Rate)
-	}
-	return res, nil
-}
-
-// peekedIn is the Result of a peek that e's allowance, holding left
-// micro-tokens, answers: an allowed decision's, with nothing spent and
-// nothing counted.
-func (l *Limiter) peekedIn(res *Result, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, left int64) {
-	l.allowedIn(res, e, sp, lim, left, SourceLocal)
+	return l.fromBucket(sp, lim, tokens, cost, tokens >= cost, now), nil
 }
 
 // peekFallback is the Result of a peek at cost micro-tokens of key while

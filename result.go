@@ -152,6 +152,26 @@ func (l *Limiter) denied(sp *reconcile.Spec, lim Limit, wait time.Duration, v lo
 	}
 }
 
+// fromBucket is the Result of a request for cost micro-tokens that Redis
+// answered, at now, with the bucket of sp holding tokens micro-tokens (after
+// the request's tokens, if taken): allowed or not, and else told when cost
+// is there. A peek and a take ahead (ahead.go) answer so.
+func (l *Limiter) fromBucket(sp *reconcile.Spec, lim Limit, tokens, cost int64, allowed bool, now time.Duration) Result {
+	res := Result{
+		Allowed:    allowed,
+		Source:     SourceRedis,
+		Remaining:  max(tokens, 0) / local.Micro,
+		ResetAfter: limit.DurationFor(sp.Limit.Burst-tokens, sp.Limit.Rate),
+		Limit:      lim,
+		seen:       now,
+		clock:      &l.clock,
+	}
+	if !allowed {
+		res.RetryAfter = limit.DurationFor(cost-tokens, sp.Limit.Rate)
+	}
+	return res
+}
+
 // untilHolds returns how long after now the global bucket, refilling from
 // what it held in the view v, holds need micro-tokens (as v counts them;
 // none if v is no view).

@@ -2,11 +2,8 @@ package global
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 )
@@ -32,16 +29,10 @@ func (l *Limiter) TakeAhead(ctx context.Context, key string, m MicroLimit, cost,
 	if err != nil {
 		return Reply{}, fmt.Errorf("global: take ahead %q: %w", key, err)
 	}
-	v, err := l.ahead.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst, cost, debt).Result()
-	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 3 integers", ErrReply)
-	}
+	x, err := l.runInts(ctx, l.ahead, []string{l.Key(key)}, 3, m.Rate, m.Burst, cost, debt)
 	var rep Reply
 	if err == nil {
-		var x []int64
-		if x, err = integers(v, 3); err == nil {
-			rep, err = aheadReply(x, cost, debt, m.Burst)
-		}
+		rep, err = aheadReply(x, cost, debt, m.Burst)
 	}
 	if err != nil {
 		return Reply{}, fmt.Errorf("global: take ahead %q: %w", key, err)

@@ -196,6 +196,20 @@ func parseFleetReply(v any, minLive int64) (beatReply, error) {
 	return b, nil
 }
 
+// runInts runs script on keys with args and reads its reply, which must be
+// n integers: nil, or anything else, is an error wrapping ErrReply; other
+// errors are Redis's.
+func (l *Limiter) runInts(ctx context.Context, script *redis.Script, keys []string, n int, args ...any) ([]int64, error) {
+	v, err := script.Run(ctx, l.rdb, keys, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: got nil, want %d integers", ErrReply, n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return integers(v, n)
+}
+
 // integers reads a reply of n integers. It never panics: anything else is
 // an error wrapping ErrReply.
 func integers(v any, n int) ([]int64, error) {

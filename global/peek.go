@@ -2,11 +2,8 @@ package global
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 )
@@ -51,21 +48,13 @@ func checkPeek(key string, lim Limit, n int64) (limit.MicroLimit, int64, error) 
 // Errors are Settle's for an invalid key or limit, ErrReply for a reply
 // out of range, or Redis's.
 func (l *Limiter) Tokens(ctx context.Context, key string, m MicroLimit) (tokens int64, now time.Time, err error) {
-	if err := limit.CheckKey(key); err != nil {
+	s := Settlement{Key: key, Limit: m} // checked as Settle checks it
+	if err := s.check(); err != nil {
 		return 0, time.Time{}, fmt.Errorf("global: tokens %q: %w", key, err)
 	}
-	if m.Rate < 1 || m.Rate > limit.MaxRate*limit.Micro || m.Burst < limit.Micro || m.Burst > limit.MaxBurst*limit.Micro {
-		return 0, time.Time{}, fmt.Errorf("global: tokens %q: %w: %d micro-tokens/s, burst %d micro-tokens", key, ErrInvalidLimit, m.Rate, m.Burst)
-	}
-	v, err := l.peek.Run(ctx, l.rdb, []string{l.Key(key)}, m.Rate, m.Burst).Result()
-	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 2 integers", ErrReply)
-	}
+	x, err := l.runInts(ctx, l.peek, []string{l.Key(key)}, 2, m.Rate, m.Burst)
 	if err == nil {
-		var x []int64
-		if x, err = integers(v, 2); err == nil {
-			tokens, now, err = peekReply(x[0], x[1], m.Burst)
-		}
+		tokens, now, err = peekReply(x[0], x[1], m.Burst)
 	}
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("global: tokens %q: %w", key, err)

@@ -2,11 +2,8 @@ package global
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
 )
@@ -31,18 +28,12 @@ func (l *Limiter) Reset(ctx context.Context, key string, grace, keep time.Durati
 	if g < 1 || k > maxResetMS || g > k {
 		return time.Time{}, fmt.Errorf("global: reset %q: grace %v and keep %v: want 1ms <= grace <= keep <= 2^40 ms", key, grace, keep)
 	}
-	v, err := l.reset.Run(ctx, l.rdb, []string{l.Key(key)}, g, k).Result()
-	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 1 integer", ErrReply)
+	x, err := l.runInts(ctx, l.reset, []string{l.Key(key)}, 1, g, k)
+	if err == nil && (x[0] < 0 || x[0] > maxAmount) {
+		err = fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, x[0])
 	}
-	if err == nil {
-		var x []int64
-		if x, err = integers(v, 1); err == nil && (x[0] < 0 || x[0] > maxAmount) {
-			err = fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, x[0])
-		}
-		if err == nil {
-			return time.UnixMicro(x[0]), nil
-		}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("global: reset %q: %w", key, err)
 	}
-	return time.Time{}, fmt.Errorf("global: reset %q: %w", key, err)
+	return time.UnixMicro(x[0]), nil
 }

@@ -2,11 +2,8 @@ package global
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // witnessKeep is how long Redis keeps a beat of Witness at least, as
@@ -63,14 +60,7 @@ func (l *Limiter) Unwitness(ctx context.Context, key, id string) error {
 
 // runWitness runs the witness script once with keep_ms keep.
 func (l *Limiter) runWitness(ctx context.Context, key, id string, keep int64) (now, was time.Time, err error) {
-	v, err := l.witness.Run(ctx, l.rdb, []string{l.WitnessKey(key, id)}, keep).Result()
-	if errors.Is(err, redis.Nil) {
-		err = fmt.Errorf("%w: got nil, want 2 integers", ErrReply)
-	}
-	if err != nil {
-		return time.Time{}, time.Time{}, err
-	}
-	x, err := integers(v, 2)
+	x, err := l.runInts(ctx, l.witness, []string{l.WitnessKey(key, id)}, 2, keep)
 	if err != nil {
 		return time.Time{}, time.Time{}, err
 	}
