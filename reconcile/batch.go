@@ -17,47 +17,29 @@ import (
 // 100 keys, which costs Redis about half as much a key as a call each.
 //
 // There is no timer. A request that finds fewer batches on their way than
-// the node may have (maxBatches) sends its own at once, from its own
+// the node's window allows (see window) sends its own at once, from its own
 // goroutine, with whatever waits already; the ones that come while the
-// batches are on their way wait and go together in the next, which the first
-// batch back hands to one of the node's flushers (goroutines that live as
-// long as the Reconciler, made at the first hand-off). So an idle limiter
-// adds no delay, and a busy one sends a batch a round trip, as large as the
-// requests that came meanwhile (at most maxBatchKeys; more wait for the
-// next).
+// window is full wait and go together in the next, which the first batch
+// back hands to one of the node's flushers (goroutines that live as long as
+// the Reconciler, made as the hand-offs need them, maxWindow at most). So
+// an idle limiter adds no delay, and a busy one sends a batch as soon as
+// the window has room, as large as the requests that came meanwhile (at
+// most maxBatchKeys; more wait for the next).
 type batcher struct {
 	mu       sync.Mutex
 	queue    []*waiter
 	flights  int            // batches on their way, or handed to a flusher
+	win      window         // how many batches may be on their way
 	work     chan []*waiter // batches handed to the flushers
-	flushers bool           // the flushers were started
+	flushers int            // flushers started
 	closed   bool           // the flushers stopped: nothing more is handed
 	spare    [][]*waiter    // batches' slices to reuse
 	bufs     []*flightBufs  // the Settle buffers of batches back, to reuse
 }
 
-// maxFlights is the most batches of one node that may be on their way at
-// once (see maxBatches).
-const maxFlights = 2
-
-// maxBatches is how many batches of one node may be on their way at once: two
-// for an instance alone, one in a fleet. Redis runs one batch at a time and
-// is kept busy while a second waits its turn. One keeps the batches as large
-// as the load makes them; an instance alone lets a second go, so that a
-// request that comes while one is on its way does not wait for it, unless
-// the load is high enough to fill both. In a fleet the other instances'
-// batches keep Redis busy, and a second flight of each would only split
-// the batches, each call costing Redis its own overhead: the long tail at
-// 8 instances x 8 goroutines ran 15 to 20% faster with one (hybridbench
-// -passes 3 -keys 50000 -instances 8 -workers 8 -rate 10 -burst 20), 2 x 16
-// 5 to 7%, 4 x 8 as fast for 9% less of Redis's CPU; an instance alone x 32
-// ran 5 to 20% slower with one.
-func (r *Reconciler) maxBatches() int {
-	if r.live.Load() > 1 {
-		return 1
-	}
-	return maxFlights
-}
+// alone reports whether this instance is alone in its fleet, as the last
+// heartbeat counted it (see window's floor).
+func (r *Reconciler) alone() bool { return r.live.Load() <= 1 }
 
 // maxBatchKeys is the most settlements one batch carries: ten script calls
 // on a single Redis.
@@ -166,7 +148,7 @@ func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeou
 	b := &n.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
-	if b.flights >= r.maxBatches() {
+	if !b.win.allows(b.flights, r.alone()) {
 		b.mu.Unlock()
 	} else if b.flights++; timeout == nil || r.callTimeout <= r.cfg.ColdWait {
 		batch := b.take()
@@ -229,6 +211,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	} else {
 		fb = new(flightBufs)
 	}
+	b.win.sent(len(batch), len(b.queue))
 	b.mu.Unlock()
 	sets, replies := fb.sets[:0], fb.replies[:0]
 	for _, w := range batch {
@@ -237,12 +220,14 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	}
 	r.stats.batches.Add(1)
 	r.stats.batched.Add(uint64(len(batch)))
+	start := r.clock.Now()
 	err := r.call(context.Background(), n, len(sets), func(ctx context.Context) error {
 		if err := r.st.Settle(ctx, sets, replies); err != nil {
 			return err
 		}
 		return refusal(replies)
 	})
+	end := r.clock.Now()
 	answered, waiting := len(batch), 0
 	if wave {
 		b.mu.Lock()
@@ -266,14 +251,20 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	if wave {
 		b.awaitWave(answered, waiting)
 	}
+	alone := r.alone()
 	b.mu.Lock()
-	if len(b.spare) < maxFlights {
+	if err == nil {
+		b.win.back(answered, end-start, end, alone)
+	} else {
+		b.win.wire -= answered // a failed call says nothing of the path
+	}
+	if len(b.spare) < maxWindow {
 		b.spare = append(b.spare, batch)
 	}
-	if len(b.bufs) < maxFlights && cap(sets) <= maxBatchKeys {
+	if len(b.bufs) < maxWindow && cap(sets) <= maxBatchKeys {
 		b.bufs = append(b.bufs, fb)
 	}
-	if len(b.queue) == 0 || b.flights > r.maxBatches() { // the fleet grew: another flight takes the queue
+	if len(b.queue) == 0 || !b.win.allows(b.flights-1, alone) { // the window closed: another flight takes the queue
 		b.flights--
 		b.mu.Unlock()
 		return
@@ -285,14 +276,16 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 // and unlocks n.batch.mu, which the caller holds.
 func (r *Reconciler) hand(n *node, batch []*waiter) {
 	b := &n.batch
-	if !b.flushers {
-		b.flushers = true
-		b.work = make(chan []*waiter, maxFlights)
-		for range maxFlights {
-			if !r.goOwned(func() { r.flusher(n) }) {
-				b.closed = true
-				break
-			}
+	if b.work == nil {
+		b.work = make(chan []*waiter, maxWindow)
+	}
+	if !b.closed && b.flushers < min(b.flights, maxWindow) {
+		// A flusher for each batch that may be handed at once: one
+		// that waited for another's flusher would wait for an
+		// unrelated reply.
+		b.flushers++
+		if !r.goOwned(func() { r.flusher(n) }) {
+			b.closed = true
 		}
 	}
 	if b.closed {
@@ -301,7 +294,7 @@ func (r *Reconciler) hand(n *node, batch []*waiter) {
 		answerClosed(batch)
 		return
 	}
-	b.work <- batch // never blocks: at most maxFlights batches are handed or on their way
+	b.work <- batch // never blocks: at most maxWindow batches are handed or on their way
 	b.mu.Unlock()
 }
 

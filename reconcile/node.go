@@ -76,6 +76,20 @@ type NodeState struct {
 	// refused client: see global.CauseOf) since a call last succeeded;
 	// NoCause if none was, or once the breaker closes.
 	Cause global.Cause
+	// Window is how many batches of requests (fetches, takes, exact
+	// decisions) may be on their way to the node at once now: it opens
+	// while the network is most of a round trip, and stays at 1 (2 for
+	// an instance alone) while Redis's work is; 0 before the node's
+	// first batch.
+	Window int
+	// PathRTT is the least round trip of the node's batches of late (the
+	// last 10 to 20 seconds): the network and a call's fixed costs, which
+	// the window is sized against; 0 before the first batch came back.
+	PathRTT time.Duration
+	// BatchRTT is the smoothed round trip of the node's batches: PathRTT
+	// plus Redis's work on a batch and the queueing, at Redis or for
+	// the machine's cores, that the window keeps small.
+	BatchRTT time.Duration
 }
 
 // newNode returns the node of addr with a breaker of its own, configured as
@@ -179,12 +193,20 @@ func (r *Reconciler) node(addr, probe string, fleet bool) *node {
 func (r *Reconciler) nodeStates() []NodeState {
 	m := *r.nodes.Load()
 	s := make([]NodeState, 0, len(m)+1)
-	s = append(s, NodeState{Breaker: r.def.br.State(), Cause: global.Cause(r.def.cause.Load())})
-	for addr, n := range m {
-		s = append(s, NodeState{Addr: addr, Breaker: n.br.State(), Cause: global.Cause(n.cause.Load())})
+	s = append(s, r.def.state())
+	for _, n := range m {
+		s = append(s, n.state())
 	}
 	slices.SortFunc(s[1:], func(a, b NodeState) int { return strings.Compare(a.Addr, b.Addr) })
 	return s
+}
+
+// state returns the state of n's breaker and batches.
+func (n *node) state() NodeState {
+	n.batch.mu.Lock()
+	w := n.batch.win
+	n.batch.mu.Unlock()
+	return NodeState{Addr: n.addr, Breaker: n.br.State(), Cause: global.Cause(n.cause.Load()), Window: w.size, PathRTT: w.base, BatchRTT: w.srtt}
 }
 
 // worst returns the state of the breaker that is furthest from closed: open

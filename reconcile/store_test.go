@@ -34,6 +34,10 @@ type store struct {
 	seqs    map[string][]int64  // the seqs each key was sent, in order
 	sizes   []int               // the settlements of each Settle call past the gate
 	delay   time.Duration       // how long each Settle call takes past the gate (a round trip)
+	// work, if not 0, is how long Redis runs each settlement of a call,
+	// one call at a time (server), after half of delay: a busy Redis.
+	work   time.Duration
+	server chan struct{}
 	// supersede, if set, answers every settlement with a seq as the script
 	// answers one superseded since (a later seq of its instance applied):
 	// a duplicate granted nothing, not applied.
@@ -57,8 +61,19 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 		}
 	}
 	s.mu.Lock()
-	delay := s.delay
+	delay, work := s.delay, s.work
+	if work > 0 && s.server == nil {
+		s.server = make(chan struct{}, 1)
+	}
+	server := s.server
 	s.mu.Unlock()
+	if work > 0 {
+		time.Sleep(delay / 2)
+		server <- struct{}{} // a channel, not a mutex: synctest sees it blocked
+		time.Sleep(time.Duration(len(batch)) * work)
+		<-server
+		delay -= delay / 2
+	}
 	if delay > 0 {
 		time.Sleep(delay) // in a synctest bubble: a round trip of fake time
 	}
