@@ -47,6 +47,19 @@ type Health struct {
 	Rounds       uint64        `json:"rounds"`
 	RoundTripSum time.Duration `json:"round_trip_sum_ns"`
 	RoundTripMax time.Duration `json:"round_trip_max_ns"`
+	// Batches counts the round trips that carried the settlements
+	// requests needed at once (fetches, takes, exact decisions), Batched
+	// the settlements they carried (Reconcile.Batches, Batched).
+	Batches uint64 `json:"batches"`
+	Batched uint64 `json:"batched"`
+	// Window is the largest window of batches of any instance's node at
+	// the end of the run, PathRTT the least round trip of late any
+	// instance measured of its batches (Reconcile.Nodes).
+	Window  int           `json:"window"`
+	PathRTT time.Duration `json:"path_rtt_ns"`
+	// BatchRTT is the largest smoothed round trip of a batch at the end
+	// of the run, of any instance's node.
+	BatchRTT time.Duration `json:"batch_rtt_ns"`
 }
 
 // observe adds one Limiter's statistics to h.
@@ -68,6 +81,21 @@ func (h *Health) observe(st hybrid.Stats) {
 	h.Rounds += rc.RoundTrip.Count
 	h.RoundTripSum += rc.RoundTrip.Sum
 	h.RoundTripMax = max(h.RoundTripMax, rc.RoundTrip.Max)
+	h.Batches += rc.Batches
+	h.Batched += rc.Batched
+	for _, n := range rc.Nodes {
+		h.window(n.Window, n.PathRTT, n.BatchRTT)
+	}
+}
+
+// window keeps the largest window, the least path round trip and the
+// largest smoothed round trip of a batch.
+func (h *Health) window(w int, path, batch time.Duration) {
+	h.Window = max(h.Window, w)
+	h.BatchRTT = max(h.BatchRTT, batch)
+	if path > 0 && (h.PathRTT == 0 || path < h.PathRTT) {
+		h.PathRTT = path
+	}
 }
 
 // add adds o to h.
@@ -86,6 +114,9 @@ func (h *Health) add(o Health) {
 	h.Rounds += o.Rounds
 	h.RoundTripSum += o.RoundTripSum
 	h.RoundTripMax = max(h.RoundTripMax, o.RoundTripMax)
+	h.Batches += o.Batches
+	h.Batched += o.Batched
+	h.window(o.Window, o.PathRTT, o.BatchRTT)
 }
 
 // errors returns the failed calls: Report.RedisErrors.
@@ -94,7 +125,7 @@ func (h *Health) errors() uint64 {
 }
 
 // healthHeader names WriteHealth's columns.
-const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened"
+const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened\tbatch\twindow\tpath rtt\tbatch rtt"
 
 // WriteHealth writes, for the reports of hybrid modes (those with a
 // Health), one row each of what their Limiters counted of their calls to
@@ -103,7 +134,10 @@ const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tf
 // stopped waiting for a fetch, hb for heartbeats, exact), the requests
 // denied unanswered, the calls that ran out of time while Redis answered
 // others (pressured), the settlements in doubt (uncertain), and the
-// breakers' transitions, those to open apart. The table follows an empty
+// breakers' transitions, those to open apart, and the batches of requests:
+// how many went together on average (batch), the largest window of batches
+// at the end (window), the least round trip of a batch of late (path rtt)
+// and the largest smoothed one (batch rtt). The table follows an empty
 // line, to come under another; WriteHealth writes nothing if no report has
 // a Health.
 func WriteHealth(w io.Writer, reports []Report) error {
@@ -128,9 +162,20 @@ func WriteHealth(w io.Writer, reports []Report) error {
 		if h.Rounds > 0 {
 			mean, longest = fmtDuration(h.RoundTripSum/time.Duration(h.Rounds)), fmtDuration(h.RoundTripMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+		batch, window, path, brtt := "-", "-", "-", "-"
+		if h.Batches > 0 {
+			batch = fmt.Sprintf("%.1f", float64(h.Batched)/float64(h.Batches))
+		}
+		if h.Window > 0 {
+			window = fmt.Sprint(h.Window)
+		}
+		if h.PathRTT > 0 {
+			path, brtt = fmtDuration(h.PathRTT), fmtDuration(h.BatchRTT)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
 			r.Mode, mean, longest, h.RoundErrors, h.KeyErrors, h.FetchErrors, h.FetchTimeouts,
-			h.Unanswered, h.HeartbeatErrors, h.ExactErrors, h.Pressured, h.Uncertain, h.Transitions, h.Opened)
+			h.Unanswered, h.HeartbeatErrors, h.ExactErrors, h.Pressured, h.Uncertain, h.Transitions, h.Opened,
+			batch, window, path, brtt)
 	}
 	return tw.Flush()
 }

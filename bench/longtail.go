@@ -15,8 +15,13 @@ import (
 // maxAsks bounds Keys * Passes: each ask takes 4 bytes in a worker's list.
 const maxAsks = 100_000_000
 
-// asks returns the asks of a long tail, Keys * Passes; 0 if sc is none.
-func (sc Scenario) asks() int64 { return int64(sc.Keys) * int64(sc.Passes) }
+// asks returns the asks of a long tail, Keys * Passes * Spread; 0 if sc
+// is none.
+func (sc Scenario) asks() int64 { return int64(sc.Keys) * int64(sc.Passes) * int64(sc.spread()) }
+
+// spread returns how many instances ask each key in a pass of a long
+// tail: Spread, at least 1.
+func (sc Scenario) spread() int { return max(sc.Spread, 1) }
 
 // dealTail returns the keys that worker j of instance i asks in sc's long
 // tail, in the order it asks them: pass after pass, its share of the pass
@@ -30,6 +35,9 @@ func (sc Scenario) asks() int64 { return int64(sc.Keys) * int64(sc.Passes) }
 // pass as long as Passes <= Instances, as a load balancer would spread a
 // user's requests.
 func dealTail(sc Scenario, i, j int, rng *rand.Rand) []int32 {
+	if sc.spread() > 1 {
+		return dealSpread(sc, i, j)
+	}
 	w := sc.Instances * sc.Workers
 	g := j*sc.Instances + i
 	first := func(p int) int { return ((g-p)%w + w) % w }
@@ -51,17 +59,47 @@ func dealTail(sc Scenario, i, j int, rng *rand.Rand) []int32 {
 	return keys
 }
 
+// dealSpread is dealTail with a Spread: in pass p, key k is asked by the
+// Spread instances (k + p + s) mod Instances, s < Spread, and every
+// instance follows one order of the pass's keys, shuffled from the seed and
+// p, worker j of an instance taking every Workers-th key of its own from
+// the j-th: so the instances that ask a key ask it at about the same time,
+// as far as they keep pace.
+func dealSpread(sc Scenario, i, j int) []int32 {
+	order := make([]int32, sc.Keys)
+	var keys []int32
+	for p := range sc.Passes {
+		for k := range order {
+			order[k] = int32(k)
+		}
+		rng := rand.New(rand.NewPCG(sc.Seed, uint64(p)))
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		mine := 0 // keys of this instance's seen in the pass
+		for _, k := range order {
+			if ((i-int(k)-p)%sc.Instances+sc.Instances)%sc.Instances >= sc.spread() {
+				continue
+			}
+			if mine%sc.Workers == j {
+				keys = append(keys, k)
+			}
+			mine++
+		}
+	}
+	return keys
+}
+
 // LongTailReport is what a long tail (Scenario.Passes) measured besides a
 // Report's other figures.
 type LongTailReport struct {
-	// Passes is Scenario.Passes, Asks the asks planned: Keys * Passes.
+	// Passes is Scenario.Passes, Asks the asks planned: Keys * Passes
+	// * Spread.
 	Passes int   `json:"passes"`
 	Asks   int64 `json:"asks"`
 	// Issued counts the asks made, answered or failed; Complete reports
 	// that they were all of them, false if Duration cut the run short.
 	Issued   int64 `json:"issued"`
 	Complete bool  `json:"complete"`
-	// KeysExact counts the keys answered exactly Passes times: all of
+	// KeysExact counts the keys answered exactly Passes * Spread times: all of
 	// them unless some asks failed or the run was cut short.
 	KeysExact int `json:"keys_exact"`
 	// Commands counts the Redis commands the fleet sent, each command of
@@ -105,7 +143,7 @@ func (r *run) longTail(rep *Report, t tally) {
 	lt := &LongTailReport{Passes: r.sc.Passes, Asks: r.sc.asks(), Issued: t.Decisions + t.Errors}
 	lt.Complete = lt.Issued == lt.Asks
 	for _, n := range t.Asked {
-		if n == int64(r.sc.Passes) {
+		if n == int64(r.sc.Passes*r.sc.spread()) {
 			lt.KeysExact++
 		}
 	}
@@ -196,14 +234,15 @@ func Compare(reports []Report, base string) {
 }
 
 // longTailHeader names WriteLongTail's columns.
-const longTailHeader = "mode\tdec/s\tasks\tp50\tp99\tadmitted\tcmd/dec\tscript/dec\tredis cmd/dec\tscript µs/dec\tcmd µs/dec\tcpu µs/dec\tproc µs/dec\tredis keys\tmem/key\tdec/s vs rr\tscript µs vs rr\tcpu vs rr\tproc vs rr\tfallback\terrors"
+const longTailHeader = "mode\tdec/s\tasks\tp50\tp99\tp99.9\tadmitted\tcmd/dec\tscript/dec\tredis cmd/dec\tscript µs/dec\tcmd µs/dec\tcpu µs/dec\tproc µs/dec\tredis keys\tmem/key\tdec/s vs rr\tscript µs vs rr\tcpu vs rr\tproc vs rr\tfallback\terrors"
 
 // WriteLongTail writes long-tail reports (Scenario.Passes) as a table, one
 // aligned row per report under a header line:
 //
 //   - dec/s: decisions over the time the asks took; asks: the asks made
 //     ("made/planned" if the run was cut short);
-//   - p50, p99: decision latency; admitted: the share of decisions
+//   - p50, p99, p99.9: decision latency (in a long tail, nearly every
+//     decision is a cold key's); admitted: the share of decisions
 //     allowed;
 //   - cmd/dec: Redis commands sent per decision, counted by the clients
 //     until the limiters had closed (LongTailReport.CommandsPerDecision);
@@ -247,8 +286,8 @@ func WriteLongTail(w io.Writer, reports []Report) error {
 		if r.Decisions > 0 {
 			admitted = fmt.Sprintf("%.1f%%", 100*float64(r.Admitted)/float64(r.Decisions))
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t",
-			r.Mode, r.DecisionsPerSec, asks, fmtDuration(r.P50), fmtDuration(r.P99), admitted, cmds)
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t",
+			r.Mode, r.DecisionsPerSec, asks, fmtDuration(r.P50), fmtDuration(r.P99), fmtDuration(r.P999), admitted, cmds)
 		if red != nil {
 			mem := "-"
 			if red.Keys > 0 {

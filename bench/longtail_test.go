@@ -91,6 +91,65 @@ func TestDealTail(t *testing.T) {
 	}
 }
 
+// TestDealSpread: with a Spread, each pass asks every key once on each of
+// Spread instances, and nowhere else; the instances that ask a key follow
+// one order, so with Spread equal to Instances worker j of every instance
+// asks the same list; the workers' shares differ by one at most.
+func TestDealSpread(t *testing.T) {
+	for _, sc := range []Scenario{
+		{Keys: 1000, Passes: 3, Instances: 4, Workers: 8, Spread: 4, Seed: 3},
+		{Keys: 1001, Passes: 2, Instances: 4, Workers: 3, Spread: 2, Seed: 4},
+		{Keys: 10, Passes: 1, Instances: 3, Workers: 16, Spread: 3, Seed: 5},
+	} {
+		lists := deal(sc)
+		byInstance := make(map[int32]map[int]int)
+		total := 0
+		for i := range sc.Instances {
+			for j := range sc.Workers {
+				total += len(lists[i][j])
+				for _, k := range lists[i][j] {
+					if byInstance[k] == nil {
+						byInstance[k] = map[int]int{}
+					}
+					byInstance[k][i]++
+				}
+				if sc.Spread == sc.Instances && !slices.Equal(lists[i][j], lists[0][j]) {
+					t.Errorf("%+v: worker %d/%d asks another list than worker 0/%d", sc, i, j, j)
+				}
+			}
+			lo, hi := len(lists[i][0]), len(lists[i][0])
+			for _, l := range lists[i] {
+				lo, hi = min(lo, len(l)), max(hi, len(l))
+			}
+			if hi-lo > sc.Passes {
+				t.Errorf("%+v: instance %d's workers ask %d to %d keys", sc, i, lo, hi)
+			}
+		}
+		if want := int64(total); want != sc.asks() {
+			t.Errorf("%+v: %d asks dealt, want %d", sc, total, sc.asks())
+		}
+		for k := range int32(sc.Keys) {
+			// Spread instances a pass, moving on by one each pass.
+			if got, want := len(byInstance[k]), min(sc.Spread+sc.Passes-1, sc.Instances); got != want {
+				t.Errorf("%+v: key %d asked by %d instances, want %d", sc, k, got, want)
+			}
+			n := 0
+			for _, c := range byInstance[k] {
+				n += c
+			}
+			if n != sc.Passes*sc.Spread {
+				t.Errorf("%+v: key %d asked %d times, want %d", sc, k, n, sc.Passes*sc.Spread)
+			}
+		}
+	}
+	if _, err := (Scenario{Keys: 10, Passes: 1, Instances: 2, Spread: 3}).withDefaults(); err == nil {
+		t.Error("a spread over more instances than the fleet's: no error")
+	}
+	if _, err := (Scenario{Keys: 10, Instances: 2, Spread: 2}).withDefaults(); err == nil {
+		t.Error("a spread without passes: no error")
+	}
+}
+
 // tailScenario is the tests' long tail: 200 keys asked 3 times each by 2
 // instances of 2 workers, at a limit that no key reaches (B=10, 0.1/s:
 // a bucket is full again, and its key expires, 30 s after 3 asks).
@@ -100,7 +159,7 @@ var tailScenario = Scenario{Instances: 2, Workers: 2, Keys: 200, Passes: 3, Rate
 // exactly Passes times, and the counts adding up.
 func checkTail(t *testing.T, sc Scenario, rep Report) {
 	t.Helper()
-	want := int64(sc.Keys * sc.Passes)
+	want := sc.asks()
 	lt := rep.LongTail
 	if lt == nil {
 		t.Fatalf("%s: no LongTail in the report", rep.Mode)
@@ -113,7 +172,7 @@ func checkTail(t *testing.T, sc Scenario, rep Report) {
 	if lt.Asks != want || lt.Issued != want || !lt.Complete || rep.Decisions != want {
 		t.Errorf("%s: asks %d, issued %d, complete %v, decisions %d; want %d each and complete", rep.Mode, lt.Asks, lt.Issued, lt.Complete, rep.Decisions, want)
 	}
-	if lt.KeysExact != sc.Keys || lt.Passes != sc.Passes {
+	if lt.KeysExact != sc.Keys || lt.Passes != sc.Passes || lt.Asks != sc.asks() {
 		t.Errorf("%s: %d keys asked exactly %d times, want all %d", rep.Mode, lt.KeysExact, lt.Passes, sc.Keys)
 	}
 	if _, ok := proccpu.Used(); ok && lt.ProcessCPUPerDecision <= 0 {

@@ -70,6 +70,15 @@ type Scenario struct {
 	// refused. On a single real Redis the report then carries what the run
 	// cost Redis (LongTailReport.Redis).
 	Passes int
+	// Spread, in a long tail, is how many instances ask each key in each
+	// pass, at about the same time: a user's requests spread by a load
+	// balancer over several instances within a round. The keys of a pass
+	// are then asked in one order, shuffled from Seed, that every
+	// instance follows, each worker taking every Workers-th key of its
+	// instance's; with Spread equal to Instances every instance asks every
+	// key. Keys * Passes * Spread asks in all. 0 or 1: each key is asked
+	// by one instance a pass, as Passes says.
+	Spread int
 }
 
 // Outage is a Redis outage in a run: from At after the first arrival, for
@@ -172,8 +181,12 @@ func (sc Scenario) withDefaults() (Scenario, error) {
 		return sc, fmt.Errorf("%w: negative passes %d", ErrScenario, sc.Passes)
 	case sc.Passes > 0 && sc.Outage.For > 0:
 		return sc, fmt.Errorf("%w: an outage in a long tail (passes %d)", ErrScenario, sc.Passes)
-	case sc.Passes > 0 && int64(sc.Keys)*int64(sc.Passes) > maxAsks:
-		return sc, fmt.Errorf("%w: %d keys x %d passes, more than %d asks", ErrScenario, sc.Keys, sc.Passes, maxAsks)
+	case sc.Spread < 0 || sc.Spread > sc.Instances:
+		return sc, fmt.Errorf("%w: spread %d, want 0 to the %d instances", ErrScenario, sc.Spread, sc.Instances)
+	case sc.Spread > 1 && sc.Passes == 0:
+		return sc, fmt.Errorf("%w: a spread (%d) without a long tail (passes)", ErrScenario, sc.Spread)
+	case sc.Passes > 0 && sc.asks() > maxAsks:
+		return sc, fmt.Errorf("%w: %d keys x %d passes x %d instances, more than %d asks", ErrScenario, sc.Keys, sc.Passes, sc.spread(), maxAsks)
 	}
 	return sc, nil
 }
@@ -189,9 +202,13 @@ func (sc Scenario) Offered() float64 {
 func (sc Scenario) String() string {
 	sc, _ = sc.withDefaults()
 	if sc.Passes > 0 {
-		return fmt.Sprintf("%s x %s, long tail: %s x %s (%s, closed loop), R=%g/s B=%d cost %d, at most %v",
+		spread := ""
+		if sc.spread() > 1 {
+			spread = fmt.Sprintf(" x %d instances at once", sc.spread())
+		}
+		return fmt.Sprintf("%s x %s, long tail: %s x %s%s (%s, closed loop), R=%g/s B=%d cost %d, at most %v",
 			plural.Count(sc.Instances, "instance"), plural.Count(sc.Workers, "worker"), plural.Count(sc.Keys, "key"),
-			plural.Count(sc.Passes, "pass"), plural.Count(sc.asks(), "ask"), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
+			plural.Count(sc.Passes, "pass"), spread, plural.Count(sc.asks(), "ask"), sc.Rate, sc.Burst, sc.Cost, sc.Duration)
 	}
 	keys := "1 hot key"
 	if sc.Keys > 1 {

@@ -129,6 +129,7 @@ func run() error {
 	flag.Float64Var(&sc.Demand, "demand", 4, "load as a multiple of the sum of the keys' limits")
 	flag.BoolVar(&sc.Closed, "closed", false, "closed loop: each worker asks again as soon as answered (the fleet's most decisions per second); -demand is ignored")
 	flag.IntVar(&sc.Passes, "passes", 0, "a long tail: ask every key exactly this many times over the run, in a closed loop, and end when done (-duration is then a bound, 10m unless given); 0: off")
+	flag.IntVar(&sc.Spread, "spread", 0, "with -passes: how many instances ask each key in each pass, at about the same time (a user's requests spread over several instances within a round); 0 or 1: one")
 	flag.Float64Var(&sc.Rate, "rate", 1000, "each key's limit, tokens per second")
 	flag.Int64Var(&sc.Burst, "burst", 1000, "each key's burst, tokens")
 	flag.Int64Var(&sc.Cost, "cost", 1, "tokens per request")
