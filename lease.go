@@ -35,7 +35,12 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	}
 	// Redis may have tokens: fetch them.
 	l.stats.fetched.Add(1)
-	if fresh { // a key in use whose lease ran dry: it grows
+	if fresh && e.View().Age(now) <= 2*l.r.SyncInterval() {
+		// A key in use here whose lease ran dry: it grows. Not one whose
+		// view is older, however fresh for a key others take too: asked
+		// again after rounds went by, it would hold a lease until the
+		// next round gave it back, a record of this instance's in the
+		// key's bucket and two calls where a take is one.
 		l.r.Starved(e, false)
 	}
 	// The fetches ask for what all their waiters need: a request counts
