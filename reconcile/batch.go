@@ -211,7 +211,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	} else {
 		fb = new(flightBufs)
 	}
-	b.win.sent(len(batch), len(b.queue))
+	b.win.sent(len(batch))
 	b.mu.Unlock()
 	sets, replies := fb.sets[:0], fb.replies[:0]
 	for _, w := range batch {
@@ -254,7 +254,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	alone := r.alone()
 	b.mu.Lock()
 	if err == nil {
-		b.win.back(answered, end-start, end, alone)
+		b.win.back(answered, len(b.queue), end-start, end, alone)
 	} else {
 		b.win.wire -= answered // a failed call says nothing of the path
 	}

@@ -24,9 +24,13 @@ import "time"
 //     on a busy Redis, a second batch gets its turn while the first's
 //     replies are read, and in a fleet the other instances' batches fill
 //     that time;
-//   - a ceiling of half the requests outstanding (waiting or on their
-//     way), so that a batch carries two requests on average and batching
-//     still saves Redis calls where requests meet;
+//   - a ceiling of a third of the requests outstanding (waiting or on
+//     their way), so that a batch carries about three on average and
+//     batching still saves Redis calls where requests meet; but both of
+//     two: one batch for two requests saves no call, as each leaves while
+//     the other's is on its way (a caller that sent its own batch hands
+//     the next to a flusher when it is back) and they take turns, each
+//     waiting a round trip more;
 //   - and maxWindow.
 //
 // It opens by one batch a round trip and closes at once. The fields are
@@ -40,7 +44,7 @@ type window struct {
 	base, min, last time.Duration
 	epoch           time.Duration
 	srtt            time.Duration // smoothed round trip, 0 before the first
-	load            int           // smoothed requests outstanding at a send, in 1/16ths
+	load            int           // smoothed requests outstanding when a batch is back, in 1/16ths
 	wire            int           // requests on their way now
 }
 
@@ -61,6 +65,16 @@ func (w *window) allows(flights int, alone bool) bool {
 	return flights < max(w.size, floor(alone))
 }
 
+// demand is the ceiling the requests outstanding put on the window: a
+// third of them, or both of two; one at least.
+func (w *window) demand() int {
+	out := w.load >> 4
+	if out <= 2 {
+		return max(out, 1)
+	}
+	return max(out/3, 1)
+}
+
 // floor is the window's least size: two for an instance alone, one in a
 // fleet. In a fleet the other instances' batches keep a busy Redis busy,
 // and a second flight of each would only split the batches: the long tail
@@ -75,21 +89,21 @@ func floor(alone bool) int {
 	return 1
 }
 
-// sent notes a batch of n requests leaving, with queued still waiting
-// behind it.
-func (w *window) sent(n, queued int) {
-	w.wire += n
+// sent notes a batch of n requests leaving.
+func (w *window) sent(n int) { w.wire += n }
+
+// back notes a batch of n requests back after rtt, at clock reading now,
+// with queued requests waiting for a batch, and sizes the window anew.
+// The requests outstanding are counted now, not when a batch leaves: two
+// requests that take turns are one on its way and one waiting when a
+// batch is back, but one alone on its way whenever a batch leaves.
+func (w *window) back(n, queued int, rtt, now time.Duration, alone bool) {
 	out := (w.wire + queued) << 4
 	if w.load == 0 {
 		w.load = out
 	} else {
 		w.load += (out - w.load) / 8
 	}
-}
-
-// back notes a batch of n requests back after rtt, at clock reading now,
-// and sizes the window anew.
-func (w *window) back(n int, rtt, now time.Duration, alone bool) {
 	w.wire -= n
 	if rtt <= 0 {
 		rtt = 1
@@ -113,7 +127,7 @@ func (w *window) back(n int, rtt, now time.Duration, alone bool) {
 	if rest := w.srtt - w.base; rest > 0 {
 		want = min(int(w.srtt/rest), maxWindow)
 	}
-	want = min(want, max(w.load>>5, 1)) // half the requests outstanding
+	want = min(want, w.demand())
 	want = max(want, floor(alone))
 	switch {
 	case w.size == 0 || want < w.size:
