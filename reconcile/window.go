@@ -59,8 +59,8 @@ const maxWindow = 8
 // later epoch's replaces it.
 const minEpoch = 10 * time.Second
 
-// allows reports whether another batch may leave, with flights on their
-// way, for an instance alone (one fleet) or not.
+// allows reports whether another batch may leave with flights on their
+// way, for an instance alone in its fleet or not.
 func (w *window) allows(flights int, alone bool) bool {
 	return flights < max(w.size, floor(alone))
 }
