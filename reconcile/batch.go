@@ -20,8 +20,8 @@ import (
 // the node's window allows (see window) sends its own at once, from its own
 // goroutine, with whatever waits already; the ones that come while the
 // window is full wait and go together in the next, which the first batch
-// back hands to one of the node's flushers (goroutines that live as long as
-// the Reconciler, made as the hand-offs need them, maxWindow at most). So
+// back hands to one of the node's flushers (maxWindow goroutines that live
+// as long as the Reconciler, made at the first hand-off). So
 // an idle limiter adds no delay, and a busy one sends a batch as soon as
 // the window has room, as large as the requests that came meanwhile (at
 // most maxBatchKeys; more wait for the next).
@@ -31,7 +31,7 @@ type batcher struct {
 	flights  int            // batches on their way, or handed to a flusher
 	win      window         // how many batches may be on their way
 	work     chan []*waiter // batches handed to the flushers
-	flushers int            // flushers started
+	flushers bool           // the flushers were started
 	closed   bool           // the flushers stopped: nothing more is handed
 	spare    [][]*waiter    // batches' slices to reuse
 	bufs     []*flightBufs  // the Settle buffers of batches back, to reuse
@@ -276,16 +276,18 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 // and unlocks n.batch.mu, which the caller holds.
 func (r *Reconciler) hand(n *node, batch []*waiter) {
 	b := &n.batch
-	if b.work == nil {
+	if !b.flushers {
+		// A flusher for each batch that may be handed at once (one that
+		// waited for another's flusher would wait for an unrelated
+		// reply), all made at the first hand-off, so that their number
+		// does not grow with the window later.
+		b.flushers = true
 		b.work = make(chan []*waiter, maxWindow)
-	}
-	if !b.closed && b.flushers < min(b.flights, maxWindow) {
-		// A flusher for each batch that may be handed at once: one
-		// that waited for another's flusher would wait for an
-		// unrelated reply.
-		b.flushers++
-		if !r.goOwned(func() { r.flusher(n) }) {
-			b.closed = true
+		for range maxWindow {
+			if !r.goOwned(func() { r.flusher(n) }) {
+				b.closed = true
+				break
+			}
 		}
 	}
 	if b.closed {
