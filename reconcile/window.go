@@ -1,6 +1,9 @@
 package reconcile
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // window is how many batches of one node may be on their way at once (see
 // batcher), set by what the node's batches measure, as a delay-based TCP
@@ -17,9 +20,15 @@ import "time"
 // the process their overhead: the window stays at its floor and batches
 // stay as large as the load makes them.
 //
-// So the window is about 1/(1 - base/srtt) batches: the round trip over
-// its part that is not path (1 at loopback's 30µs against a busy batch's
-// hundreds, 8 and more at 1ms against a few dozen µs), with
+// So the window is about 1/(1 - base/rtt) batches: the round trip over its
+// part that is not path (1 at loopback's 30µs against a busy batch's
+// hundreds, 8 and more at 1ms against a few dozen µs), where rtt is the
+// median of the last recentSamples batches' round trips: a stall of the
+// machine's scheduler or the network's jitter delays some batches by many
+// times the rest, and a window sized by their mean would close for them,
+// while queueing at Redis delays most. (Not their least, as Vegas takes:
+// a batch of one key is fast because Redis has little to do for it, and
+// the least would open the window on a busy Redis.) With
 //   - a floor of two for an instance alone, one in a fleet (floor): alone
 //     on a busy Redis, a second batch gets its turn while the first's
 //     replies are read, and in a fleet the other instances' batches fill
@@ -43,9 +52,11 @@ type window struct {
 	// epoch (clock readings).
 	base, min, last time.Duration
 	epoch           time.Duration
-	srtt            time.Duration // smoothed round trip, 0 before the first
-	load            int           // smoothed requests outstanding when a batch is back, in 1/16ths
-	wire            int           // requests on their way now
+	srtt            time.Duration                // smoothed round trip, 0 before the first
+	recent          [recentSamples]time.Duration // the last round trips, a ring
+	samples         int                          // round trips noted in all
+	load            int                          // smoothed requests outstanding when a batch is back, in 1/16ths
+	wire            int                          // requests on their way now
 }
 
 // maxWindow is the most batches of one node that may be on their way at
@@ -54,6 +65,10 @@ type window struct {
 // four to six brought the long tail of one instance x 32 goroutines to the
 // auto-pipelined redis_rate's decisions a second.
 const maxWindow = 8
+
+// recentSamples is how many of the last batches' round trips the window
+// is sized by: a few round trips' worth at the windows a network opens.
+const recentSamples = 16
 
 // minEpoch is how long a least round trip stands as the path's before a
 // later epoch's replaces it.
@@ -123,9 +138,12 @@ func (w *window) back(n, queued int, rtt, now time.Duration, alone bool) {
 	} else {
 		w.srtt += (rtt - w.srtt) / 8
 	}
+	w.recent[w.samples%recentSamples] = rtt
+	w.samples++
+	mid := w.median()
 	want := maxWindow
-	if rest := w.srtt - w.base; rest > 0 {
-		want = min(int(w.srtt/rest), maxWindow)
+	if rest := mid - w.base; rest > 0 {
+		want = min(int(mid/rest), maxWindow)
 	}
 	want = min(want, w.demand())
 	want = max(want, floor(alone))
@@ -135,4 +153,14 @@ func (w *window) back(n, queued int, rtt, now time.Duration, alone bool) {
 	case want > w.size:
 		w.size++
 	}
+}
+
+// median returns the median of the round trips in recent (the upper one of
+// an even count).
+func (w *window) median() time.Duration {
+	var buf [recentSamples]time.Duration
+	r := buf[:min(w.samples, recentSamples)]
+	copy(r, w.recent[:len(r)])
+	slices.Sort(r)
+	return r[len(r)/2]
 }
