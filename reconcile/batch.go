@@ -21,10 +21,10 @@ import (
 // goroutine, with whatever waits already; the ones that come while the
 // window is full wait and go together in the next, which the first batch
 // back hands to one of the node's flushers (maxWindow goroutines that live
-// as long as the Reconciler, made at the first hand-off). So
-// an idle limiter adds no delay, and a busy one sends a batch as soon as
-// the window has room, as large as the requests that came meanwhile (at
-// most maxBatchKeys; more wait for the next).
+// as long as the Reconciler, made at the first hand-off). So an idle
+// limiter adds no delay, and a busy one sends a batch as soon as the window
+// has room, as large as the requests that came meanwhile (at most
+// maxBatchKeys; more wait for the next).
 type batcher struct {
 	mu       sync.Mutex
 	queue    []*waiter
