@@ -256,7 +256,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	if err == nil {
 		b.win.back(answered, len(b.queue), end-start, end, alone)
 	} else {
-		b.win.wire -= answered // a failed call says nothing of the path
+		b.win.failed(answered)
 	}
 	if len(b.spare) < maxWindow {
 		b.spare = append(b.spare, batch)

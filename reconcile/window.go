@@ -42,21 +42,21 @@ import (
 //     waiting a round trip more;
 //   - and maxWindow.
 //
-// It opens by one batch a round trip and closes at once. The fields are
+// It opens by one batch a batch back and closes at once. The fields are
 // under the batcher's mu.
 type window struct {
-	size int // batches that may be on their way; 0 until the first send: floor
+	size int // batches that may be on their way; 0 until the first batch back: floor
 	// base is the least round trip of the current epoch and the last one
 	// (a windowed minimum: a path that got longer is followed within two
-	// epochs, a shorter one at once); min is the current epoch's, begun at
-	// epoch (clock readings).
-	base, min, last time.Duration
-	epoch           time.Duration
-	srtt            time.Duration                // smoothed round trip, 0 before the first
-	recent          [recentSamples]time.Duration // the last round trips, a ring
-	samples         int                          // round trips noted in all
-	load            int                          // smoothed requests outstanding when a batch is back, in 1/16ths
-	wire            int                          // requests on their way now
+	// epochs, a shorter one at once); least is the current epoch's, last
+	// the one before, the current begun at epoch (clock readings).
+	base, least, last time.Duration
+	epoch             time.Duration
+	srtt              time.Duration                // smoothed round trip, 0 before the first
+	recent            [recentSamples]time.Duration // the last round trips, a ring
+	samples           int                          // round trips noted in all
+	load              int                          // smoothed requests outstanding when a batch is back, in 1/16ths
+	wire              int                          // requests on their way now
 }
 
 // maxWindow is the most batches of one node that may be on their way at
@@ -107,6 +107,10 @@ func floor(alone bool) int {
 // sent notes a batch of n requests leaving.
 func (w *window) sent(n int) { w.wire += n }
 
+// failed notes a batch of n requests back without a reply: it says
+// nothing of the path.
+func (w *window) failed(n int) { w.wire -= n }
+
 // back notes a batch of n requests back after rtt, at clock reading now,
 // with queued requests waiting for a batch, and sizes the window anew.
 // The requests outstanding are counted now, not when a batch leaves: two
@@ -123,13 +127,13 @@ func (w *window) back(n, queued int, rtt, now time.Duration, alone bool) {
 	if rtt <= 0 {
 		rtt = 1
 	}
-	if w.min == 0 || rtt < w.min {
-		w.min = rtt
+	if w.least == 0 || rtt < w.least {
+		w.least = rtt
 	}
 	if now-w.epoch >= minEpoch {
-		w.last, w.min, w.epoch = w.min, rtt, now
+		w.last, w.least, w.epoch = w.least, rtt, now
 	}
-	w.base = w.min
+	w.base = w.least
 	if w.last > 0 && w.last < w.base {
 		w.base = w.last
 	}
