@@ -319,11 +319,21 @@ func TestChurn(t *testing.T) {
 // TestSmallBurst: one instance, 16 goroutines spinning on one key, at limits
 // whose burst is far below one interval's refill, and one far above it. A
 // saturated key admits its rate whatever the burst: at least 95% of B + R*T
-// in lease and exact modes, at least 90% in optimistic mode (5 points less
-// under the race detector), and never more
+// in lease and exact modes, at least 90% in optimistic mode, and never more
 // than B + R*T (lease, exact) or one interval's refill above it
 // (optimistic, one instance). Lease and optimistic make no more Redis calls
 // than exact mode makes for the same limit.
+//
+// Under the race detector, on 2 shared cores, a burst that refills in a few
+// milliseconds measures the machine as much as the limiter: a full bucket
+// refills nothing while no request reaches it, and a gap of B/R (5 ms at
+// 200/s, burst 1) happens whenever the process or redis-server waits for a
+// core. Exact mode, Redis's own bucket asked by every request, 13,000 to
+// 30,000 times a second, admitted 81% to 95% there (CI: 89%; idle: 94% to
+// 95%). So under -race lease and optimistic admit at least 90% of what exact
+// mode admitted of the same limit just before them, and exact at least 80%
+// of B + R*T: a limiter that lost its rate would still fail, a busy machine
+// not.
 func TestSmallBurst(t *testing.T) {
 	proc := redistest.Server(t)
 	d := stormDuration(t) / 2 // 1s unless HYBRID_STORM says: nine storms
@@ -334,12 +344,14 @@ func TestSmallBurst(t *testing.T) {
 	}
 	for _, lim := range limits {
 		calls := map[hybrid.Mode]float64{}
+		admitted := map[hybrid.Mode]int64{}
 		for _, mode := range []hybrid.Mode{hybrid.Exact, hybrid.Lease, hybrid.Optimistic} {
 			lim.Mode = mode
 			t.Run(fmt.Sprintf("%v/%v-per-s/burst-%d", mode, lim.Rate, lim.Burst), func(t *testing.T) {
 				r := storm(t, proc.Addr(), load{instances: 1, workers: 16}, lim, d)
 				perSecond := float64(r.calls) / r.elapsed.Seconds()
 				calls[mode] = perSecond
+				admitted[mode] = r.admitted
 				t.Logf("admitted %d of B+R*T %.1f (%.1f%%), denied %d, by source local/redis/fallback %v, Redis calls %.0f/s",
 					r.admitted, r.ideal, 100*float64(r.admitted)/r.ideal, r.denied, r.bySource, perSecond)
 				if r.errs > 0 {
@@ -349,16 +361,20 @@ func TestSmallBurst(t *testing.T) {
 				if mode == hybrid.Optimistic {
 					over, least = lim.Rate*reconcile.DefaultSyncInterval.Seconds(), 0.9
 				}
+				floor := least * math.Floor(r.ideal)
 				if raceEnabled {
-					// Round trips several times slower, in a 1s storm: a
-					// burst of 1 refills nothing while one is on its way.
-					least -= 0.05
+					// See above: the machine's gaps, which exact mode
+					// measures.
+					floor = 0.8 * math.Floor(r.ideal)
+					if exact, ok := admitted[hybrid.Exact]; ok && mode != hybrid.Exact {
+						floor = min(least*math.Floor(r.ideal), 0.9*float64(exact))
+					}
 				}
 				if float64(r.admitted) > r.ideal+over {
 					t.Errorf("admitted %d, above B+R*T %.1f + %.1f", r.admitted, r.ideal, over)
 				}
-				if float64(r.admitted) < least*math.Floor(r.ideal) {
-					t.Errorf("admitted %d, under %.0f%% of B+R*T %.1f (floored)", r.admitted, 100*least, r.ideal)
+				if float64(r.admitted) < floor {
+					t.Errorf("admitted %d, under %.1f (B+R*T %.1f, exact mode admitted %d)", r.admitted, floor, r.ideal, admitted[hybrid.Exact])
 				}
 				if exact, ok := calls[hybrid.Exact]; ok && mode != hybrid.Exact && perSecond > exact {
 					t.Errorf("%.0f Redis calls/s, more than exact mode's %.0f", perSecond, calls[hybrid.Exact])
