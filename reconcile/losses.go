@@ -342,7 +342,11 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	moved := last.node != addr // another node answers: a replica took the place of last.node
 	// What the instance wrote after the node's last outage began went to
 	// the Redis that answers now (a replica promoted meanwhile: the writes
-	// it lacks were made before): only what came before can be lost.
+	// it lacks were made before), if this is the first beat it answers
+	// since: only what came before can be lost. Not if a beat after the
+	// outage's start was answered and is lost now: the Redis that took it
+	// lost what came after it too (Sentinel failing over a second time, to
+	// a replica that lagged behind the first it promoted).
 	until := int64(math.MaxInt64)
 	n := r.def
 	if addr != "" {
@@ -351,7 +355,9 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		}
 	}
 	if d, ok := r.outageOf(n); ok {
-		until = r.clock.Time(d).UnixMicro()
+		if began := r.clock.Time(d); last.at.Before(began) {
+			until = began.UnixMicro()
+		}
 	}
 	lost := r.journal.since(since.UnixMicro(), until, func(key, node string) bool {
 		return addr == "" || r.router.Node(done, key) == addr && (!moved || node != addr)
@@ -369,7 +375,7 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	r.stats.losses.Add(1)
 	r.stats.recharged.Add(uint64(tokens))
 	r.log.Warn("hybrid: Redis lost writes (a failover to a replica that lagged, or a restart); charging again what this instance took since",
-		slog.String("node", addr), slog.Time("since", since), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
+		slog.String("node", addr), slog.Time("since", since), slog.Time("until", time.UnixMicro(until)), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
 }
 
 // forgetWitnesses drops the last beats of the node witnesses not in keep.

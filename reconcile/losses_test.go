@@ -124,3 +124,56 @@ func TestLostWritesLongOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestLostWritesAfterOutage: a loss found after an outage, of writes made
+// after it (Sentinel failing over a second time, to a replica that lagged
+// behind the first one it promoted), is charged again: what the instance
+// wrote after the outage began did not all go to the Redis that answers
+// now. Before, only what came before the outage's start counted, and a
+// loss from after it charged nothing.
+func TestLostWritesAfterOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		defer r.Close(context.Background())
+		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
+		w.set(func(s *store) { s.fail = errNoReply })
+		time.Sleep(4 * time.Second) // three failed heartbeats
+		synctest.Wait()
+		if !r.Degraded() {
+			t.Fatal("not degraded after 4 s of failing calls")
+		}
+		w.set(func(s *store) { s.fail = nil })
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		for range 20 { // until the breaker lets a call through
+			if r.Fetch(context.Background(), e, M) == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // a beat on the Redis that answers after the outage
+		synctest.Wait()
+		cut := time.Now()
+		e.Allowance.Spend(e.Allowance.Load())
+		if err := r.Fetch(context.Background(), e, 7*M); err != nil {
+			t.Fatal(err)
+		}
+		granted := e.Allowance.Load()
+		if granted < 7*M {
+			t.Fatalf("the fetch granted %d micro-tokens, want 7 tokens or more", granted)
+		}
+		time.Sleep(time.Second) // a beat after the grant, which the loss takes too
+		synctest.Wait()
+		if st := r.Stats(); st.Losses != 0 {
+			t.Fatalf("%d losses before any, want none", st.Losses)
+		}
+		w.lose(cut) // a second failover, within the outage's mark
+		time.Sleep(time.Second)
+		synctest.Wait()
+		st := r.Stats()
+		if st.Losses != 1 || st.Recharged < uint64(granted) {
+			t.Fatalf("after a loss of writes made after the outage: %d losses, %d micro-tokens charged again; want 1, at least %d (the grant after the outage)",
+				st.Losses, st.Recharged, granted)
+		}
+	})
+}
