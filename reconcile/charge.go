@@ -34,6 +34,12 @@ func (r *Reconciler) charge(e *Entry, s *global.Settlement) {
 			// The Redis time the outage began, as this host's clock
 			// tells: the script compares it with the bucket's last write.
 			s.Since, s.Claim = r.clock.Time(since), min(kept, s.Consumed)
+			// What the share kept beyond this charge is the next one's
+			// to claim: the outage's admissions may be charged in
+			// parts (a part in a settlement in doubt, sent again as it
+			// was, and what came after it with a fetch), and a claim
+			// capped at one part lost the rest, charged in full.
+			e.PutKept(since, kept-s.Claim)
 		}
 	}
 }

@@ -171,7 +171,13 @@ func (r *Reconciler) topUp(ctx context.Context) {
 		}
 		tgt := r.resize(e, sp, bal, 0, e.X.clearStarved())
 		if bal < tgt {
-			r.sets = append(r.sets, global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Consumed: e.Pending.TakeAll(), Want: tgt - bal, Quantum: local.Micro})
+			// Charged as a round charges it: with what the fallback
+			// admitted of the key since an outage began, its claim (see
+			// charge). Taken raw, a top-up that came first after an
+			// outage charged those admissions in full.
+			s := global.Settlement{Key: e.Key(), Limit: sp.Limit, Debt: r.debt(sp), Want: tgt - bal, Quantum: local.Micro}
+			r.charge(e, &s)
+			r.sets = append(r.sets, s)
 			r.owners = append(r.owners, owner{e: e, sp: sp})
 		}
 	}

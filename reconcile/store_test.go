@@ -42,10 +42,11 @@ type store struct {
 	// answers one superseded since (a later seq of its instance applied):
 	// a duplicate granted nothing, not applied.
 	supersede bool
+	claims    map[string]int64 // key: the claims of the settlements applied (global.Settlement.Claim)
 }
 
 func newStore() *store {
-	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}, seqs: map[string][]int64{}}
+	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}, seqs: map[string][]int64{}, claims: map[string]int64{}}
 }
 
 func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
@@ -112,6 +113,7 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now(), Duplicate: true, Superseded: st.Seq < rec[0]}
 			continue
 		}
+		s.claims[st.Key] += st.Claim
 		t = min(b, t+st.Returned)
 		t = max(-b, t-st.Consumed)
 		g := min(st.Want, max(t, 0))
