@@ -21,13 +21,19 @@ import (
 // client of its own, asking for one hot key at 4x its limit while the
 // master is killed (SIGKILL) or handed over (SENTINEL FAILOVER).
 
-const (
-	foInstances = 8
-	foWorkers   = 2                    // goroutines per Limiter
-	foGap       = 4 * time.Millisecond // between one goroutine's requests: 4000/s for the fleet
-	foBefore    = 1500 * time.Millisecond
-	foAfter     = 1500 * time.Millisecond // of normal running after every breaker closed again
-)
+// foLoad is the fleet and the load of a failover run.
+type foLoad struct {
+	instances, workers int           // Limiters, goroutines each
+	gap                time.Duration // between one goroutine's requests
+	before             time.Duration // of running before the fault
+	after              time.Duration // of normal running after every breaker closed again
+	span               time.Duration // if not 0, the run's length instead, from its start
+	fallback           hybrid.Fallback
+}
+
+// foDefault is the load of TestFailoverSentinel and TestFailoverCluster:
+// 8 Limiters of 2 goroutines, 4000 requests a second in all.
+var foDefault = foLoad{instances: 8, workers: 2, gap: 4 * time.Millisecond, before: 1500 * time.Millisecond, after: 1500 * time.Millisecond}
 
 // foLimit is the hot key's limit: the fleet asks for 4x its rate.
 var foLimit = hybrid.Limit{Rate: 1000, Burst: 1000}
@@ -45,12 +51,13 @@ type foDecision struct {
 type foResult struct {
 	decisions         []foDecision
 	start, end        time.Time
-	fault, promoted   time.Time // the kill or handover; the new master serving
-	degraded, normal  time.Time // the first breaker leaving closed; every breaker closed again
-	losses, recharged uint64    // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
-	forgiven          uint64    // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
-	owed              float64   // tokens the bucket owes at the end: its debt, not repaid yet
-	overshoot         float64   // Limiter.Overshoot of the limit, for the fleet
+	fault, promoted   time.Time       // the kill or handover; the new master serving
+	degraded, normal  time.Time       // the first breaker leaving closed; every breaker closed again
+	opened            []time.Duration // each instance's first breaker opening after the fault, from it (-1: none)
+	losses, recharged uint64          // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
+	forgiven          uint64          // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
+	owed              float64         // tokens the bucket owes at the end: its debt, not repaid yet
+	overshoot         float64         // Limiter.Overshoot of the limit, for the fleet
 }
 
 // The faults of TestFailoverSentinel.
@@ -150,23 +157,24 @@ func failoverCases(t *testing.T, topology func(t *testing.T) foTopology) {
 		t.Run(fmt.Sprintf("%v/%s", c.mode, c.fault), func(t *testing.T) {
 			lim := foLimit
 			lim.Mode = c.mode
-			res := failover(t, topology(t), lim, c.fault)
+			res := failover(t, topology(t), lim, c.fault, foDefault)
 			checkFailover(t, lim, c.fault, res)
 		})
 	}
 }
 
 // failover runs one failover case on topo and returns what it measured.
-func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foResult {
+func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld foLoad) foResult {
 	var (
 		lims   []*hybrid.Limiter
 		states []*transitions
 	)
-	for i := range foInstances {
+	for i := range ld.instances {
 		tr := newTransitions()
 		l, err := hybrid.New(topo.client(t), hybrid.Config{
 			InstanceID: "fo-" + strconv.Itoa(i),
 			Breaker:    breaker.Config{OnStateChange: tr.record},
+			Fallback:   ld.fallback,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -174,8 +182,8 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 		t.Cleanup(func() { l.Close(context.Background()) })
 		lims, states = append(lims, l), append(states, tr)
 	}
-	if !waitFleet(lims, foInstances, 3*time.Second) {
-		t.Fatalf("the instances do not count %d of them", foInstances)
+	if !waitFleet(lims, int64(ld.instances), 3*time.Second) {
+		t.Fatalf("the instances do not count %d of them", ld.instances)
 	}
 
 	var (
@@ -187,9 +195,9 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 	ctx := context.Background()
 	res.start = time.Now()
 	for _, l := range lims {
-		for range foWorkers {
+		for range ld.workers {
 			wg.Go(func() {
-				tick := time.NewTicker(foGap)
+				tick := time.NewTicker(ld.gap)
 				defer tick.Stop()
 				var mine []foDecision
 				for {
@@ -208,7 +216,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 			})
 		}
 	}
-	time.Sleep(foBefore) // load, not synchronisation: the fleet runs at 4x the limit
+	time.Sleep(ld.before) // load, not synchronisation: the fleet runs at 4x the limit
 	marks := make([]int, len(states))
 	for i, tr := range states {
 		marks[i] = tr.len()
@@ -265,14 +273,23 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string) foR
 		time.Sleep(10 * time.Millisecond) // polling the instances' state
 	}
 	res.normal = time.Now()
+	res.opened = make([]time.Duration, len(states))
 	for i, tr := range states {
+		res.opened[i] = -1
 		for _, x := range tr.since(marks[i]) {
 			if res.degraded.IsZero() || x.at.Before(res.degraded) {
 				res.degraded = x.at
 			}
+			if x.to == breaker.Open && res.opened[i] < 0 && !x.at.Before(res.fault) {
+				res.opened[i] = x.at.Sub(res.fault)
+			}
 		}
 	}
-	time.Sleep(foAfter)
+	if ld.span > 0 {
+		time.Sleep(time.Until(res.start.Add(ld.span))) // the run's length
+	} else {
+		time.Sleep(ld.after)
+	}
 	close(stop)
 	wg.Wait()
 	res.end = time.Now()
@@ -333,7 +350,22 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	var admitted, fallback, errs int
 	var during []time.Duration
 	var worst time.Duration
+	var slow []foDecision // past ColdWait and 5 ms of slack
+	var phases [3]int     // admitted before the fault, until normal again, after
 	for _, d := range res.decisions {
+		if d.allowed {
+			switch {
+			case d.at.Before(res.fault):
+				phases[0]++
+			case d.at.Before(res.normal):
+				phases[1]++
+			default:
+				phases[2]++
+			}
+		}
+		if d.lat > breaker.DefaultCallTimeout+5*time.Millisecond {
+			slow = append(slow, d)
+		}
 		if d.err != nil {
 			errs++
 			if errs == 1 {
@@ -367,6 +399,22 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
 		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1), res.owed,
 		res.losses, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
+	opened := make([]string, len(res.opened))
+	for i, d := range res.opened {
+		opened[i] = "-"
+		if d >= 0 {
+			opened[i] = d.Round(time.Millisecond).String()
+		}
+	}
+	t.Logf("breakers opened after the fault: %v; admitted %d before the fault (%v), %d until normal again (%v), %d after (%v); %d decisions took more than ColdWait + 5 ms",
+		opened, phases[0], res.fault.Sub(res.start).Round(time.Millisecond), phases[1], res.normal.Sub(res.fault).Round(time.Millisecond),
+		phases[2], res.end.Sub(res.normal).Round(time.Millisecond), len(slow))
+	for i, d := range slow {
+		if i == 5 {
+			break
+		}
+		t.Logf("slow decision %v after the fault: %v, allowed %v, source %v, err %v", d.at.Sub(res.fault).Round(time.Millisecond), d.lat.Round(time.Millisecond), d.allowed, d.source, d.err)
+	}
 	// Lease: B + R*T over a window that ends once the debt is repaid, so
 	// B + R*T and what the bucket still owes at the end (a lease granted
 	// before every instance's charge lands is repaid after), and what the
@@ -391,4 +439,69 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	if float64(admitted) < floor*bound {
 		t.Errorf("admitted %d over %v, under %.0f%% of B + R*T %.0f", admitted, span, 100*floor, bound)
 	}
+}
+
+// TestFailoverMeasure measures a Sentinel failover as a service would see
+// it, HYBRID_FAILOVER_RUNS times (skipped without): 4 Limiters of 4
+// goroutines ask for one hot key in lease mode at 4x its limit (R=1000/s,
+// B=1000) for 12 s, the master killed (SIGKILL) 4 s in. Every run admits
+// at most B + R*T (and what the bucket owes at the end, and what was
+// forgiven) and at least 93% of it; every breaker opens within 50 ms of
+// the kill; no decision takes more than ColdWait + 5 ms.
+// HYBRID_FAILOVER_POLICY=closed runs it with FailClosed (the floor then
+// does not apply: the fleet admits nothing while Redis is down).
+//
+//	HYBRID_FAILOVER_RUNS=20 HYBRID_REQUIRE_REDIS=1 go test -run 'TestFailoverMeasure$' -v .
+func TestFailoverMeasure(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("HYBRID_FAILOVER_RUNS"))
+	if runs <= 0 {
+		t.Skip("HYBRID_FAILOVER_RUNS not set: a measurement of about 20 s a run")
+	}
+	ld := foLoad{instances: 4, workers: 4, gap: 4 * time.Millisecond, before: 4 * time.Second, span: 12 * time.Second, fallback: hybrid.LocalShare}
+	closed := os.Getenv("HYBRID_FAILOVER_POLICY") == "closed"
+	if closed {
+		ld.fallback = hybrid.FailClosed
+	}
+	lim := foLimit
+	lim.Mode = hybrid.Lease
+	var ratios []float64
+	var slowest, lastOpen time.Duration
+	for i := range runs {
+		res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, foKill, ld)
+		admitted := 0
+		var worst time.Duration
+		for _, d := range res.decisions {
+			if d.allowed {
+				admitted++
+			}
+			worst = max(worst, d.lat)
+		}
+		bound := float64(lim.Burst) + lim.Rate*res.end.Sub(res.start).Seconds()
+		ratio := float64(admitted) / bound
+		ratios = append(ratios, ratio)
+		slowest = max(slowest, worst)
+		var open time.Duration
+		for _, d := range res.opened {
+			open = max(open, d)
+		}
+		lastOpen = max(lastOpen, open)
+		t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven; breakers opened %v after the kill (the last); slowest decision %v; promoted %v after the kill, normal %v after that",
+			i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.opened, worst.Round(time.Millisecond/10),
+			res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
+		if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
+			t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)
+		}
+		if !closed && ratio < 0.93 {
+			t.Errorf("run %d: admitted %.1f%% of B + R*T, want at least 93%%", i+1, 100*ratio)
+		}
+		if open > 50*time.Millisecond || slices.Contains(res.opened, -1) {
+			t.Errorf("run %d: breakers opened %v after the kill, want all within 50 ms", i+1, res.opened)
+		}
+		if worst > breaker.DefaultCallTimeout+5*time.Millisecond {
+			t.Errorf("run %d: a decision took %v, want at most ColdWait + 5 ms", i+1, worst)
+		}
+	}
+	slices.Sort(ratios)
+	t.Logf("%d runs: admitted %.1f%% to %.1f%% of B + R*T (median %.1f%%); the last breaker opened at most %v after the kill; the slowest decision %v",
+		runs, 100*ratios[0], 100*ratios[len(ratios)-1], 100*ratios[len(ratios)/2], lastOpen, slowest.Round(time.Millisecond/10))
 }

@@ -170,4 +170,5 @@ type Limiter struct {
 
 	lastYield atomic.Int64 // clock reading of the last yield of a denial (see yield)
 	waits     waitLines    // the keys WaitN calls wait on
+	unwatch   func()       // stops telling the breakers of refused dials (global.WatchDials)
 }

@@ -50,6 +50,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
 	l.r, l.keys, l.clock = r, r.Keys(), r.Clock()
+	// A dial the network refuses tells the node's breaker at once that
+	// Redis is gone, not slow (docs/failure.md).
+	l.unwatch = global.WatchDials(rdb, r.Gone)
 	return l, nil
 }
 
@@ -67,7 +70,9 @@ var firstRound = func(si time.Duration) time.Duration {
 // last time within ctx: leases go back, consumption is charged. Decisions
 // after Close return ErrClosed. Close is idempotent.
 func (l *Limiter) Close(ctx context.Context) error {
-	if err := l.r.Close(ctx); err != nil {
+	err := l.r.Close(ctx)
+	l.unwatch()
+	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
 	return nil

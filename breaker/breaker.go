@@ -11,6 +11,13 @@
 // error reply (see Answered). An open breaker refuses calls: the limiter
 // then runs in its local fallback mode.
 //
+// Silence is not the only word on a failed Redis: the network may say that
+// it is gone (a connection refused, a dial reset), and whoever sees it
+// tells the breaker (Gone). The calls under way then end at once, and every
+// call that fails from then on until one succeeds counts as a failure,
+// whatever its timing, so that a dead Redis opens the breaker within
+// milliseconds of the evidence, where silence takes MaxCallTimeout.
+//
 // A call's deadline adapts to the latency of the calls that succeeded, as
 // TCP's retransmission timeout does, between Config.CallTimeout and
 // Config.MaxCallTimeout.
@@ -171,6 +178,12 @@ type Breaker struct {
 	pressured atomic.Uint64
 	successes atomic.Uint64 // calls that succeeded: Redis answering
 	failing   atomic.Bool   // the last call with an outcome failed
+	// gone is when, on the clock of since, the network last said that
+	// Redis is gone (see Gone); 0 once a call succeeds, or never said.
+	gone atomic.Int64
+	// cut ends the calls under way when the network says Redis is gone:
+	// each call's context is cancelled with it (see Gone).
+	cut atomic.Pointer[cutter]
 
 	// quiet is when, on the clock of since, the first call since the last
 	// that succeeded was made: Redis has answered nothing since. 0 means
@@ -182,6 +195,17 @@ type Breaker struct {
 	queue      []transition // transitions not yet delivered, from next on
 	next       int          // index in queue of the next one to deliver
 	delivering bool         // a goroutine is calling onStateChange
+}
+
+// cutter is a context that Gone cancels, and its cancel function.
+type cutter struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newCutter() *cutter {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &cutter{ctx: ctx, cancel: cancel}
 }
 
 // transition is one state change, queued for delivery.
@@ -222,6 +246,7 @@ func New(cfg Config) (*Breaker, error) {
 		errOpen:       &openError{msg: "breaker: " + name + ": open"},
 		errBusy:       &openError{msg: "breaker: " + name + ": open (half-open, probes in flight)"},
 	}
+	b.cut.Store(newCutter())
 	// A bucket period of a tenth of Interval (rounded up, so that gobreaker,
 	// which rounds Interval up to a whole number of periods, keeps 10 of them
 	// at most) makes the closed state's window roll.
@@ -267,7 +292,9 @@ func orDefault[T comparable](v, def T) T {
 // stall shorter than that, which every call under way at once runs into,
 // is load (a first wave of calls on cold connections, a round of thousands
 // of keys ahead of them, a busy host), not thrice a failed Redis. Both are
-// pressure, counted in Counts.Pressured. Any other error, including the
+// pressure, counted in Counts.Pressured, unless the network said Redis is
+// gone since the last call that succeeded (Gone): then the call is a
+// failure, whenever it ends. Any other error, including the
 // expiry of the call's deadline once Redis has answered nothing for
 // MaxCallTimeout and a connection refused until the deadline, is a
 // failure. The deadlines are read on the clock, not only from the
@@ -307,6 +334,7 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 	b.asked(start)
 	callCtx, cancel := context.WithTimeout(ctx, b.timeouts.timeout(n))
 	defer cancel()
+	defer context.AfterFunc(b.cut.Load().ctx, cancel)()
 	result = errFailure // f panicked
 	err = f(callCtx)
 	end := time.Now()
@@ -316,9 +344,13 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 		b.successes.Add(1)
 		b.failing.Store(false)
 		b.quiet.Store(0)
+		b.gone.Store(0)
 		result = nil
 	case ended(ctx, end):
 		result = errExcluded
+	case b.gone.Load() != 0:
+		b.failing.Store(true)
+		result = errFailure
 	case ended(callCtx, end) && (b.successes.Load() != answered || timedOut(err) && b.silence(end) < b.timeouts.ceiling):
 		b.pressured.Add(1)
 		result = errExcluded
@@ -327,6 +359,20 @@ func (b *Breaker) DoN(ctx context.Context, n int, f func(ctx context.Context) er
 		result = errFailure
 	}
 	return err
+}
+
+// Gone tells the breaker that the network said Redis is gone: a connection
+// to it refused or reset while dialling, say, which a Redis that is only
+// slow never makes. The calls under way end now (their contexts are
+// cancelled), and each call that fails from now on, until one succeeds,
+// counts as a failure, however soon it ends: a dead Redis opens the
+// breaker as soon as ConsecutiveFailures calls have failed, where calls
+// that only time out wait for MaxCallTimeout of silence. Gone is cheap
+// and safe to call from any goroutine, a Redis client's dial hook among
+// them.
+func (b *Breaker) Gone() {
+	b.gone.Store(b.since(time.Now()))
+	b.cut.Swap(newCutter()).cancel()
 }
 
 // Answering reports whether a call through b succeeded, and the last call

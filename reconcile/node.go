@@ -188,6 +188,22 @@ func (r *Reconciler) node(addr, probe string, fleet bool) *node {
 	return n
 }
 
+// Gone tells the breaker of the node at addr ("" for a single Redis, or
+// the default node) that the network said the node is gone: a dial to it
+// refused, say (see breaker.Breaker.Gone). A node not known yet has no
+// breaker to tell: its calls, when they come, make their own evidence.
+func (r *Reconciler) Gone(addr string) {
+	n := r.def
+	if addr != "" && r.router != nil {
+		m, ok := (*r.nodes.Load())[addr]
+		if !ok {
+			return
+		}
+		n = m
+	}
+	n.br.Gone()
+}
+
 // nodeStates returns the state of every node's breaker, sorted by address:
 // the default node (address "") first, then those of a Redis Cluster.
 func (r *Reconciler) nodeStates() []NodeState {
