@@ -225,10 +225,10 @@ func result(r Reply, m limit.MicroLimit, lim Limit, cost int64) Result {
 }
 
 // replyLen is the integers of the script's reply a key.
-const replyLen = 6
+const replyLen = 7
 
 // parseReply reads the script's reply {granted, tokens, now_us, reset, dup,
-// forgiven} for a bucket of burst micro-tokens, a request of want and a
+// forgiven, credited} for a bucket of burst micro-tokens, a request of want and a
 // charge of consumed, sent with a seq if dedup (a reply without one cannot
 // be a duplicate). It never panics: anything else is an error wrapping
 // ErrReply.
@@ -248,7 +248,7 @@ func parseReply(v any, burst, want, consumed int64, dedup bool) (Reply, error) {
 		}
 		x[i] = n
 	}
-	granted, tokens, now, reset, dup, forgiven := x[0], x[1], x[2], x[3], x[4], x[5]
+	granted, tokens, now, reset, dup, forgiven, credited := x[0], x[1], x[2], x[3], x[4], x[5], x[6]
 	switch {
 	case granted < 0 || granted > want:
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
@@ -268,6 +268,8 @@ func parseReply(v any, burst, want, consumed int64, dedup bool) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: granted %d for a superseded duplicate", ErrReply, granted)
 	case forgiven < 0 || forgiven > consumed || dup != 0 && forgiven != 0:
 		return Reply{}, fmt.Errorf("%w: forgiven %d is outside [0, consumed %d], or not 0 for a duplicate", ErrReply, forgiven, consumed)
+	case credited < 0 || credited > consumed-forgiven || dup != 0 && credited != 0:
+		return Reply{}, fmt.Errorf("%w: credited %d is outside [0, consumed %d less forgiven %d], or not 0 for a duplicate", ErrReply, credited, consumed, forgiven)
 	}
-	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup != 0, Superseded: dup == 2, Forgiven: forgiven}, nil
+	return Reply{Granted: granted, Tokens: tokens, Now: time.UnixMicro(now), Reset: reset == 1, Duplicate: dup != 0, Superseded: dup == 2, Forgiven: forgiven, Credited: credited}, nil
 }

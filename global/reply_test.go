@@ -21,17 +21,17 @@ func TestParseReply(t *testing.T) {
 		dedup bool // the call had a seq
 		ok    bool
 	}{
-		{"valid", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0)}, false, true},
-		{"valid debt", []any{i(0), i(-burst), i(0), i(0), i(0), i(0)}, false, true},
-		{"valid reset", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0)}, false, true},
-		{"valid with a seq", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0)}, true, true},
-		{"valid reset with a seq", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0)}, true, true},
-		{"valid duplicate", []any{i(want), i(9_000_000), i(now), i(0), i(1), i(0)}, true, true},
-		{"valid duplicate granted nothing", []any{i(0), i(-burst), i(now), i(0), i(1), i(0)}, true, true},
-		{"valid superseded duplicate", []any{i(0), i(-burst), i(now), i(0), i(2), i(0)}, true, true},
-		{"superseded duplicate granted", []any{i(want), i(9_000_000), i(now), i(0), i(2), i(0)}, true, false},
-		{"dup 3", []any{i(0), i(0), i(now), i(0), i(3), i(0)}, true, false},
-		{"superseded without a seq", []any{i(0), i(0), i(now), i(0), i(2), i(0)}, false, false},
+		{"valid", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0), i(0)}, false, true},
+		{"valid debt", []any{i(0), i(-burst), i(0), i(0), i(0), i(0), i(0)}, false, true},
+		{"valid reset", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0), i(0)}, false, true},
+		{"valid with a seq", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0), i(0)}, true, true},
+		{"valid reset with a seq", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0), i(0)}, true, true},
+		{"valid duplicate", []any{i(want), i(9_000_000), i(now), i(0), i(1), i(0), i(0)}, true, true},
+		{"valid duplicate granted nothing", []any{i(0), i(-burst), i(now), i(0), i(1), i(0), i(0)}, true, true},
+		{"valid superseded duplicate", []any{i(0), i(-burst), i(now), i(0), i(2), i(0), i(0)}, true, true},
+		{"superseded duplicate granted", []any{i(want), i(9_000_000), i(now), i(0), i(2), i(0), i(0)}, true, false},
+		{"dup 3", []any{i(0), i(0), i(now), i(0), i(3), i(0), i(0)}, true, false},
+		{"superseded without a seq", []any{i(0), i(0), i(now), i(0), i(2), i(0), i(0)}, false, false},
 		{"nil", nil, false, false},
 		{"string", "OK", false, false},
 		{"integer", i(1), false, false},
@@ -40,37 +40,44 @@ func TestParseReply(t *testing.T) {
 		{"three values", []any{i(0), i(0), i(now)}, false, false},
 		{"four values, the old reply", []any{i(0), i(0), i(now), i(0)}, false, false},
 		{"four values with a seq", []any{i(0), i(0), i(now), i(0)}, true, false},
-		{"seven values", []any{i(0), i(0), i(now), i(0), i(0), i(0), i(0)}, true, false},
+		{"eight values", []any{i(0), i(0), i(now), i(0), i(0), i(0), i(0), i(0)}, true, false},
+		{"six values, the reply before credited", []any{i(0), i(0), i(now), i(0), i(0), i(0)}, true, false},
 		{"five values, the reply before forgiven", []any{i(0), i(0), i(now), i(0), i(0)}, true, false},
-		{"nil values", []any{nil, nil, nil, nil, nil, nil}, false, false},
-		{"string values", []any{"1", "2", "3", "0", "0", "0"}, false, false},
-		{"int, not int64", []any{0, 0, 0, 0, 0, 0}, false, false},
-		{"float", []any{i(0), 1.5, i(now), i(0), i(0), i(0)}, false, false},
-		{"nested", []any{[]any{i(0)}, i(0), i(now), i(0), i(0), i(0)}, false, false},
-		{"int64 slice", []int64{0, 0, now, 0, 0, 0}, false, false},
+		{"nil values", []any{nil, nil, nil, nil, nil, nil, nil}, false, false},
+		{"string values", []any{"1", "2", "3", "0", "0", "0", "0"}, false, false},
+		{"int, not int64", []any{0, 0, 0, 0, 0, 0, 0}, false, false},
+		{"float", []any{i(0), 1.5, i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"nested", []any{[]any{i(0)}, i(0), i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"int64 slice", []int64{0, 0, now, 0, 0, 0, 0}, false, false},
 		{"map", map[any]any{"granted": i(0)}, false, false},
-		{"negative granted", []any{i(-1), i(0), i(now), i(0), i(0), i(0)}, false, false},
-		{"granted above want", []any{i(want + 1), i(0), i(now), i(0), i(0), i(0)}, false, false},
-		{"duplicate granted above want", []any{i(want + 1), i(0), i(now), i(0), i(1), i(0)}, true, false},
-		{"tokens above burst", []any{i(0), i(burst + 1), i(now), i(0), i(0), i(0)}, false, false},
-		{"debt beyond the burst", []any{i(0), i(-burst - 1), i(now), i(0), i(0), i(0)}, false, true},
-		{"debt of 2^50", []any{i(0), i(-MaxDebt), i(now), i(0), i(0), i(0)}, false, true},
-		{"tokens below -2^50", []any{i(0), i(-MaxDebt - 1), i(now), i(0), i(0), i(0)}, false, false},
-		{"negative now", []any{i(0), i(0), i(-1), i(0), i(0), i(0)}, false, false},
-		{"now beyond 2^53", []any{i(0), i(0), i(1 << 53), i(0), i(0), i(0)}, false, false},
-		{"reset 2", []any{i(0), i(0), i(now), i(2), i(0), i(0)}, false, false},
-		{"reset -1", []any{i(0), i(0), i(now), i(-1), i(0), i(0)}, false, false},
-		{"reset string", []any{i(0), i(0), i(now), "1", i(0), i(0)}, false, false},
-		{"dup -1", []any{i(0), i(0), i(now), i(0), i(-1), i(0)}, true, false},
-		{"dup string", []any{i(0), i(0), i(now), i(0), "1", "0"}, true, false},
-		{"dup nil", []any{i(0), i(0), i(now), i(0), nil, nil}, true, false},
-		{"dup with reset", []any{i(0), i(burst), i(now), i(1), i(1), i(0)}, true, false},
-		{"dup without a seq", []any{i(want), i(0), i(now), i(0), i(1), i(0)}, false, false},
-		{"forgiven", []any{i(0), i(-burst), i(now), i(0), i(0), i(consumed)}, false, true},
-		{"forgiven above consumed", []any{i(0), i(-burst), i(now), i(0), i(0), i(consumed + 1)}, false, false},
-		{"negative forgiven", []any{i(0), i(0), i(now), i(0), i(0), i(-1)}, false, false},
-		{"forgiven by a duplicate", []any{i(0), i(-burst), i(now), i(0), i(1), i(1)}, true, false},
-		{"error value", []any{errors.New("x"), i(0), i(now), i(0), i(0), i(0)}, false, false},
+		{"negative granted", []any{i(-1), i(0), i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"granted above want", []any{i(want + 1), i(0), i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"duplicate granted above want", []any{i(want + 1), i(0), i(now), i(0), i(1), i(0), i(0)}, true, false},
+		{"tokens above burst", []any{i(0), i(burst + 1), i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"debt beyond the burst", []any{i(0), i(-burst - 1), i(now), i(0), i(0), i(0), i(0)}, false, true},
+		{"debt of 2^50", []any{i(0), i(-MaxDebt), i(now), i(0), i(0), i(0), i(0)}, false, true},
+		{"tokens below -2^50", []any{i(0), i(-MaxDebt - 1), i(now), i(0), i(0), i(0), i(0)}, false, false},
+		{"negative now", []any{i(0), i(0), i(-1), i(0), i(0), i(0), i(0)}, false, false},
+		{"now beyond 2^53", []any{i(0), i(0), i(1 << 53), i(0), i(0), i(0), i(0)}, false, false},
+		{"reset 2", []any{i(0), i(0), i(now), i(2), i(0), i(0), i(0)}, false, false},
+		{"reset -1", []any{i(0), i(0), i(now), i(-1), i(0), i(0), i(0)}, false, false},
+		{"reset string", []any{i(0), i(0), i(now), "1", i(0), i(0), i(0)}, false, false},
+		{"dup -1", []any{i(0), i(0), i(now), i(0), i(-1), i(0), i(0)}, true, false},
+		{"dup string", []any{i(0), i(0), i(now), i(0), "1", "0", "0"}, true, false},
+		{"dup nil", []any{i(0), i(0), i(now), i(0), nil, nil, nil}, true, false},
+		{"dup with reset", []any{i(0), i(burst), i(now), i(1), i(1), i(0), i(0)}, true, false},
+		{"dup without a seq", []any{i(want), i(0), i(now), i(0), i(1), i(0), i(0)}, false, false},
+		{"forgiven", []any{i(0), i(-burst), i(now), i(0), i(0), i(consumed), i(0)}, false, true},
+		{"forgiven above consumed", []any{i(0), i(-burst), i(now), i(0), i(0), i(consumed + 1), i(0)}, false, false},
+		{"negative forgiven", []any{i(0), i(0), i(now), i(0), i(0), i(-1), i(0)}, false, false},
+		{"forgiven by a duplicate", []any{i(0), i(-burst), i(now), i(0), i(1), i(1), i(0)}, true, false},
+		{"credited", []any{i(0), i(0), i(now), i(0), i(0), i(0), i(consumed)}, true, true},
+		{"credited and forgiven", []any{i(0), i(-burst), i(now), i(0), i(0), i(500), i(consumed - 500)}, true, true},
+		{"credited above consumed", []any{i(0), i(0), i(now), i(0), i(0), i(0), i(consumed + 1)}, true, false},
+		{"credited above consumed less forgiven", []any{i(0), i(-burst), i(now), i(0), i(0), i(500), i(consumed - 499)}, true, false},
+		{"negative credited", []any{i(0), i(0), i(now), i(0), i(0), i(0), i(-1)}, true, false},
+		{"credited by a duplicate", []any{i(0), i(0), i(now), i(0), i(1), i(0), i(1)}, true, false},
+		{"error value", []any{errors.New("x"), i(0), i(now), i(0), i(0), i(0), i(0)}, false, false},
 	}
 	for _, tt := range tests {
 		r, err := parseReply(tt.v, burst, want, consumed, tt.dedup)
@@ -88,21 +95,21 @@ func TestParseReply(t *testing.T) {
 		}
 	}
 
-	r, err := parseReply([]any{i(want), i(-5), i(now), i(0), i(0), i(0)}, burst, want, consumed, false)
+	r, err := parseReply([]any{i(want), i(-5), i(now), i(0), i(0), i(0), i(0)}, burst, want, consumed, false)
 	if wantR := (Reply{Granted: want, Tokens: -5, Now: time.UnixMicro(now)}); err != nil || r != wantR {
 		t.Errorf("parseReply = %+v, %v; want %+v", r, err, wantR)
 	}
-	r, err = parseReply([]any{i(0), i(burst), i(now), i(1), i(0), i(0)}, burst, want, consumed, false)
+	r, err = parseReply([]any{i(0), i(burst), i(now), i(1), i(0), i(0), i(0)}, burst, want, consumed, false)
 	if wantR := (Reply{Tokens: burst, Now: time.UnixMicro(now), Reset: true}); err != nil || r != wantR {
 		t.Errorf("parseReply(reset) = %+v, %v; want %+v", r, err, wantR)
 	}
-	r, err = parseReply([]any{i(want), i(3), i(now), i(0), i(1), i(0)}, burst, want, consumed, true)
+	r, err = parseReply([]any{i(want), i(3), i(now), i(0), i(1), i(0), i(0)}, burst, want, consumed, true)
 	if wantR := (Reply{Granted: want, Tokens: 3, Now: time.UnixMicro(now), Duplicate: true}); err != nil || r != wantR {
 		t.Errorf("parseReply(dup) = %+v, %v; want %+v", r, err, wantR)
 	}
-	r, err = parseReply([]any{i(0), i(-burst), i(now), i(0), i(0), i(500)}, burst, want, consumed, false)
-	if wantR := (Reply{Tokens: -burst, Now: time.UnixMicro(now), Forgiven: 500}); err != nil || r != wantR {
-		t.Errorf("parseReply(forgiven) = %+v, %v; want %+v", r, err, wantR)
+	r, err = parseReply([]any{i(0), i(-burst), i(now), i(0), i(0), i(500), i(700)}, burst, want, consumed, false)
+	if wantR := (Reply{Tokens: -burst, Now: time.UnixMicro(now), Forgiven: 500, Credited: 700}); err != nil || r != wantR {
+		t.Errorf("parseReply(forgiven, credited) = %+v, %v; want %+v", r, err, wantR)
 	}
 }
 

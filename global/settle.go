@@ -102,6 +102,11 @@ type Reply struct {
 	// that spans the consumption (docs/accuracy.md, "Outages and the
 	// debt").
 	Forgiven int64
+	// Credited is the micro-tokens of Consumed that were not charged out of
+	// the outage's pool (see Settlement.Claim): the refill the bucket lost
+	// while nobody wrote it, which the claim took back. The bucket took
+	// Consumed less Credited less Forgiven.
+	Credited int64
 	// Now is the Redis time of the settlement.
 	Now time.Time
 	// Reset reports that Redis held something unreadable under the key

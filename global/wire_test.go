@@ -12,7 +12,7 @@ import (
 // with, in one script call) on the wire and checks what each key gets: dup
 // 1 is a Duplicate for the key sent with a seq and a garbled reply for the
 // others, forgiven beyond what a key's settlement charged is garbled,
-// and a reply of five or four integers a key is garbled for every key.
+// and a reply of six, five or four integers a key is garbled for every key.
 func TestSettleWireReplies(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	reply := func(v ...int64) string {
@@ -34,23 +34,26 @@ func TestSettleWireReplies(t *testing.T) {
 		want [3]want
 	}{
 		{"applied",
-			reply(2_000_000, 7_000_000, now, 0, 0, 0, 5_000_000, 5_000_000, now, 1, 0, 0, 3_000_000, 8_000_000, now, 0, 0, 0),
+			reply(2_000_000, 7_000_000, now, 0, 0, 0, 0, 5_000_000, 5_000_000, now, 1, 0, 0, 0, 3_000_000, 8_000_000, now, 0, 0, 0, 0),
 			[3]want{{granted: 2_000_000, tokens: 7_000_000}, {granted: 5_000_000, tokens: 5_000_000, reset: true}, {granted: 3_000_000, tokens: 8_000_000}}},
 		{"duplicate",
-			reply(0, 0, now, 0, 0, 0, 0, 0, now, 0, 0, 0, 3_000_000, -4, now, 0, 1, 0),
+			reply(0, 0, now, 0, 0, 0, 0, 0, 0, now, 0, 0, 0, 0, 3_000_000, -4, now, 0, 1, 0, 0),
 			[3]want{{}, {}, {granted: 3_000_000, tokens: -4, dup: true}}},
 		{"dup 1 without a seq",
-			reply(0, 0, now, 0, 1, 0, 1_000_000, 0, now, 0, 1, 0, 0, 0, now, 0, 1, 0),
+			reply(0, 0, now, 0, 1, 0, 0, 1_000_000, 0, now, 0, 1, 0, 0, 0, 0, now, 0, 1, 0, 0),
 			[3]want{{garbled: true}, {garbled: true}, {dup: true}}},
 		{"dup with reset",
-			reply(0, 0, now, 0, 0, 0, 0, 0, now, 0, 0, 0, 0, 0, now, 1, 1, 0),
+			reply(0, 0, now, 0, 0, 0, 0, 0, 0, now, 0, 0, 0, 0, 0, 0, now, 1, 1, 0, 0),
 			[3]want{{}, {}, {garbled: true}}},
 		{"forgiven",
-			reply(0, -10_000_000, now, 0, 0, 500_000, 0, 0, now, 0, 0, 0, 0, 0, now, 0, 0, 0),
+			reply(0, -10_000_000, now, 0, 0, 500_000, 0, 0, 0, now, 0, 0, 0, 0, 0, 0, now, 0, 0, 0, 0),
 			[3]want{{tokens: -10_000_000, forgiven: 500_000}, {}, {}}},
 		{"forgiven beyond consumed",
-			reply(0, -10_000_000, now, 0, 0, 1_000_001, 0, 0, now, 0, 0, 0, 0, 0, now, 0, 0, 0),
+			reply(0, -10_000_000, now, 0, 0, 1_000_001, 0, 0, 0, now, 0, 0, 0, 0, 0, 0, now, 0, 0, 0, 0),
 			[3]want{{garbled: true}, {}, {}}},
+		{"six integers, the reply before credited",
+			reply(2_000_000, 7_000_000, now, 0, 0, 0, 5_000_000, 5_000_000, now, 1, 0, 0, 3_000_000, 8_000_000, now, 0, 0, 0),
+			[3]want{{garbled: true}, {garbled: true}, {garbled: true}}},
 		{"five integers, the reply before forgiven",
 			reply(2_000_000, 7_000_000, now, 0, 0, 5_000_000, 5_000_000, now, 1, 0, 3_000_000, 8_000_000, now, 0, 0),
 			[3]want{{garbled: true}, {garbled: true}, {garbled: true}}},

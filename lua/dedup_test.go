@@ -18,7 +18,7 @@ import (
 // (rate, burst, consumed, returned, want, min_grant, quantum, and instance
 // and seq or not): eval sends the burst as the debt, as a Settlement does
 // by default.
-func eval(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [6]int64 {
+func eval(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [7]int64 {
 	t.Helper()
 	args = withDebt(args)
 	v, err := rdb.Eval(ctx, lua.Settle, []string{key}, args...).Result()
@@ -26,13 +26,13 @@ func eval(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args
 		t.Fatalf("EVAL %v: %v", args, err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != 6 {
-		t.Fatalf("EVAL %v = %#v, want 6 integers", args, v)
+	if !ok || len(a) != 7 {
+		t.Fatalf("EVAL %v = %#v, want 7 integers", args, v)
 	}
-	var r [6]int64
+	var r [7]int64
 	for i, e := range a {
 		if r[i], ok = e.(int64); !ok {
-			t.Fatalf("EVAL %v = %#v, want 6 integers", args, v)
+			t.Fatalf("EVAL %v = %#v, want 7 integers", args, v)
 		}
 	}
 	return r
@@ -400,7 +400,7 @@ func TestSettleMany(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var one [][6]int64
+		var one [][7]int64
 		for _, c := range calls {
 			args := c.args
 			if args[7] == "" {
@@ -421,11 +421,11 @@ func TestSettleMany(t *testing.T) {
 			args = append(args, withDebt(c.args)...)
 		}
 		v, err := b.rdb.Eval(ctx, lua.Settle, keys, args...).Int64Slice()
-		if err != nil || len(v) != 6*len(calls) {
-			t.Fatalf("EVAL of %d keys = %v, %v; want %d integers", len(calls), v, err, 6*len(calls))
+		if err != nil || len(v) != 7*len(calls) {
+			t.Fatalf("EVAL of %d keys = %v, %v; want %d integers", len(calls), v, err, 7*len(calls))
 		}
 		for i, c := range calls {
-			got, want := v[6*i:6*i+6], one[i]
+			got, want := v[7*i:7*i+7], one[i]
 			if got[0] != want[0] || !near(got[1], want[1]) && !near(want[1], got[1]) || got[3] != want[3] || got[4] != want[4] {
 				t.Errorf("call %d (%s): %v in one call, %v alone", i, c.key, got, want)
 			}
@@ -466,21 +466,21 @@ func TestSettleAll(t *testing.T) {
 				args = append(args, decide(c)...)
 			}
 			v, err := b.rdb.Eval(ctx, lua.Settle, keys, append(args, "all")...).Int64Slice()
-			if err != nil || len(v) != 18 {
+			if err != nil || len(v) != 21 {
 				t.Fatalf("all-or-nothing call %v = %v, %v", costs, v, err)
 			}
 			return v
 		}
 		v := call(2*M, 2*M, 2*M) // b is short: nothing for anyone
 		for i, want := range []int64{10 * M, M, 10 * M} {
-			if v[6*i] != 0 || !near(v[6*i+1], want) {
-				t.Errorf("b short, key %d: granted %d, tokens %d; want 0 and %d", i, v[6*i], v[6*i+1], want)
+			if v[7*i] != 0 || !near(v[7*i+1], want) {
+				t.Errorf("b short, key %d: granted %d, tokens %d; want 0 and %d", i, v[7*i], v[7*i+1], want)
 			}
 		}
 		v = call(2*M, M, 3*M) // each can: all granted
 		for i, want := range []int64{8 * M, 0, 7 * M} {
-			if g := []int64{2 * M, M, 3 * M}[i]; v[6*i] != g || !near(v[6*i+1], want) {
-				t.Errorf("all can, key %d: granted %d, tokens %d; want %d and %d", i, v[6*i], v[6*i+1], g, want)
+			if g := []int64{2 * M, M, 3 * M}[i]; v[7*i] != g || !near(v[7*i+1], want) {
+				t.Errorf("all can, key %d: granted %d, tokens %d; want %d and %d", i, v[7*i], v[7*i+1], g, want)
 			}
 		}
 		for _, bad := range []struct {

@@ -14,15 +14,16 @@ import (
 // second) it refills the bucket from Redis TIME, takes back returned,
 // charges consumed (never below -debt), grants up to want in whole quanta
 // (or nothing if that is less than min_grant), writes the bucket with a TTL
-// and replies {granted, tokens, now_us, reset, dup, forgiven}. A key it
+// and replies {granted, tokens, now_us, reset, dup, forgiven, credited}. A key it
 // cannot read (another type, or garbled fields) is replaced by a full
 // bucket, with reset 1. With two more ARGV, instance and seq, a call is
 // applied once: sent again, it changes nothing and replies dup 1 with what
 // it granted the first time. Two more again, since and claim, mark the
 // late charge of an outage's admissions: up to claim of it is not charged,
-// out of the refill the bucket lost at its burst while nobody wrote it.
-// One call may carry up to 1000 keys, with 10 or 12 ARGV each (instance ""
-// and seq 0 for none), and replies 6 integers for each.
+// out of the refill the bucket lost at its burst while nobody wrote it,
+// and the reply's credited says how much was not. One call may carry up
+// to 1000 keys, with 10 or 12 ARGV each (instance "" and seq 0 for none),
+// and replies 7 integers for each.
 //
 //go:embed settle.lua
 var Settle string

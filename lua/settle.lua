@@ -68,9 +68,9 @@
 --                       those admissions would have kept too)
 --          consumed, returned, want and min_grant are integers below 2^53.
 --          Without instance and seq every call is applied.
--- returns  {granted, tokens, now_us, reset, dup, forgiven} for each key, in
---          the order of KEYS, all integers (6 for one key, 6 * #KEYS in
---          all):
+-- returns  {granted, tokens, now_us, reset, dup, forgiven, credited} for
+--          each key, in the order of KEYS, all integers (7 for one key,
+--          7 * #KEYS in all):
 --            granted    micro-tokens granted: 0, or in [min_grant, want],
 --                       a multiple of quantum; for a duplicate, what the
 --                       call with the same seq granted, or 0 (see below)
@@ -86,6 +86,10 @@
 --            forgiven   micro-tokens of consumed that step 3 did not charge,
 --                       the bucket being at -debt (or below) already: in
 --                       [0, consumed], 0 for a duplicate
+--            credited   micro-tokens of consumed that step 2b did not
+--                       charge, out of the outage's pool: in [0, claim],
+--                       0 for a duplicate (the bucket took consumed less
+--                       credited less forgiven)
 -- errors   "ERR hybrid: ..." for bad KEYS or ARGV (any key's), before
 --          anything is read. An error from Redis itself ends the call, and
 --          the keys before it may have been written.
@@ -612,6 +616,7 @@ for i = 1, nkeys do
   local granted = 0
   local dup = 0
   local forgiven = 0
+  local credited = 0
   if rs and seq <= rs then
     -- A duplicate changes nothing: it replies what it was granted the
     -- first time (0 if superseded since) and the tokens as refilled,
@@ -632,8 +637,8 @@ for i = 1, nkeys do
     -- 2b. The outage's credit: what the call claims of consumed, as far as
     -- the pool holds it, is not charged.
     if claim > 0 and pool > 0 then
-      local credit = mmin(claim, pool)
-      consumed, pool = consumed - credit, pool - credit
+      credited = mmin(claim, pool)
+      consumed, pool = consumed - credited, pool - credited
     end
 
     -- 3. Consumption charged: it never sinks the bucket below -debt, and a
@@ -782,7 +787,7 @@ for i = 1, nkeys do
     end
   end
 
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = granted, t, now, reset, dup, forgiven
-  o = o + 6
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = granted, t, now, reset, dup, forgiven, credited
+  o = o + 7
 end
 return out

@@ -357,10 +357,10 @@ func TestSettleModel(t *testing.T) {
 					t.Fatalf("step %d: EVAL: %v", i, err)
 				}
 				a := v.([]any)
-				if len(a) != 6 {
-					t.Fatalf("step %d: reply %v, want 6 integers", i, a)
+				if len(a) != 7 {
+					t.Fatalf("step %d: reply %v, want 7 integers", i, a)
 				}
-				got := [6]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[4].(int64), a[5].(int64)}
+				got := [7]int64{a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[4].(int64), a[5].(int64), a[6].(int64)}
 				if got[3] != 0 {
 					t.Fatalf("key %d step %d: reset = %d on a readable bucket, want 0", k, i, got[3])
 				}
@@ -690,11 +690,11 @@ func TestSettleDebt(t *testing.T) {
 
 // eval1 runs the script on key with args as they are (the 8 or 10 of one
 // key) and returns its reply.
-func eval1(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [6]int64 {
+func eval1(ctx context.Context, t *testing.T, rdb *redis.Client, key string, args ...any) [7]int64 {
 	t.Helper()
 	v, err := rdb.Eval(ctx, lua.Settle, []string{key}, args...).Int64Slice()
-	if err != nil || len(v) != 6 {
-		t.Fatalf("EVAL %v = %v, %v; want 6 integers", args, v, err)
+	if err != nil || len(v) != 7 {
+		t.Fatalf("EVAL %v = %v, %v; want 7 integers", args, v, err)
 	}
-	return [6]int64(v)
+	return [7]int64(v)
 }

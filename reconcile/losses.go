@@ -126,7 +126,11 @@ func (j *journal) add(sp *Spec, node string, s *global.Settlement, rep *global.R
 	if rep.Err != nil || rep.Duplicate || rep.Now.IsZero() || sp == nil {
 		return
 	}
-	net := rep.Granted + s.Consumed - s.Returned
+	// What the bucket took: a charge less what its claim took back out of
+	// an outage's pool and what the debt's floor forgave. Counted in full,
+	// a lost charge whose claim Redis credited was charged again beyond
+	// what the bucket had lost (a second failover after an outage).
+	net := rep.Granted + s.Consumed - rep.Credited - rep.Forgiven - s.Returned
 	if net == 0 {
 		return
 	}

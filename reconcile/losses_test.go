@@ -177,3 +177,38 @@ func TestLostWritesAfterOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestLostWritesCredited: a lost charge is charged again for what it took
+// out of the bucket: its consumption less what its claim took back out of
+// an outage's pool (global.Reply.Credited). Before, the consumption was
+// charged again in full, and a second failover after an outage left the
+// bucket in debt for what the claims had rightly taken back.
+func TestLostWritesCredited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		w.credit = true
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second, ShareCredit: true})
+		defer r.Close(context.Background())
+		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
+		e := entry(r, "k", spec(t, 100, 100, reconcile.Lease))
+		kept(r, e) // about 200 tokens of refill kept by the fallback's share
+		cut := time.Now()
+		e.Pending.Add(150 * M)
+		r.Keys().Get("k")
+		time.Sleep(100 * time.Millisecond) // a round charges it, all claimed
+		synctest.Wait()
+		w.mu.Lock()
+		claimed := w.claims["k"]
+		w.mu.Unlock()
+		if claimed != 150*M {
+			t.Fatalf("claimed %d micro-tokens of the 150 tokens charged, want all", claimed)
+		}
+		time.Sleep(time.Second) // a beat after the charge, which the loss takes too
+		w.lose(cut)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if st := r.Stats(); st.Losses != 1 || st.Recharged != 0 {
+			t.Fatalf("after losing a charge its claim took back in full: %d losses, %d micro-tokens charged again; want 1, 0", st.Losses, st.Recharged)
+		}
+	})
+}

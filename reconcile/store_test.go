@@ -43,6 +43,7 @@ type store struct {
 	// a duplicate granted nothing, not applied.
 	supersede bool
 	claims    map[string]int64 // key: the claims of the settlements applied (global.Settlement.Claim)
+	credit    bool             // claims are credited in full, as out of an outage's pool
 }
 
 func newStore() *store {
@@ -114,8 +115,12 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			continue
 		}
 		s.claims[st.Key] += st.Claim
+		var credited int64
+		if s.credit {
+			credited = st.Claim
+		}
 		t = min(b, t+st.Returned)
-		t = max(-b, t-st.Consumed)
+		t = max(-b, t-(st.Consumed-credited))
 		g := min(st.Want, max(t, 0))
 		g -= g % max(st.Quantum, 1)
 		if g < st.MinGrant {
@@ -127,7 +132,7 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			s.recs[rk] = [2]int64{st.Seq, g}
 		}
 		s.keys++
-		replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now()}
+		replies[i] = global.Reply{Granted: g, Tokens: t, Now: time.Now(), Credited: credited}
 	}
 	if s.lost != nil {
 		for i := range batch {
