@@ -36,7 +36,8 @@ func TestColdKeyOneFetch(t *testing.T) {
 				wg.Wait()
 				c.check(t)
 				st := l.Stats()
-				t.Logf("%d allowed, %d denied; %d fetches, %d requests waited for one, %d denied after one", c.allowed.Load(), c.denied.Load(), st.Reconcile.Fetches, st.Fetched, st.RedisDenied)
+				t.Logf("%d allowed, %d denied; %d fetches, %d requests waited for one, %d denied after one, %d denied unanswered (%d fetches waited out)",
+					c.allowed.Load(), c.denied.Load(), st.Reconcile.Fetches, st.Fetched, st.RedisDenied, st.Unanswered, st.Reconcile.FetchTimeouts)
 				if got, want := c.allowed.Load(), min(burst, callers); got != want {
 					t.Errorf("%d concurrent requests on a cold key with burst %d: %d allowed, want %d", callers, burst, got, want)
 				}

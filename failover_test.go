@@ -467,39 +467,45 @@ func TestFailoverMeasure(t *testing.T) {
 	var ratios []float64
 	var slowest, lastOpen time.Duration
 	for i := range runs {
-		res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, foKill, ld)
-		admitted := 0
-		var worst time.Duration
-		for _, d := range res.decisions {
-			if d.allowed {
-				admitted++
+		// A subtest a run: each stops its Sentinel set before the next.
+		t.Run(fmt.Sprint("run ", i+1), func(t *testing.T) {
+			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, foKill, ld)
+			admitted := 0
+			var worst time.Duration
+			for _, d := range res.decisions {
+				if d.allowed {
+					admitted++
+				}
+				worst = max(worst, d.lat)
 			}
-			worst = max(worst, d.lat)
-		}
-		bound := float64(lim.Burst) + lim.Rate*res.end.Sub(res.start).Seconds()
-		ratio := float64(admitted) / bound
-		ratios = append(ratios, ratio)
-		slowest = max(slowest, worst)
-		var open time.Duration
-		for _, d := range res.opened {
-			open = max(open, d)
-		}
-		lastOpen = max(lastOpen, open)
-		t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven; breakers opened %v after the kill (the last); slowest decision %v; promoted %v after the kill, normal %v after that",
-			i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.opened, worst.Round(time.Millisecond/10),
-			res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
-		if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
-			t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)
-		}
-		if !closed && ratio < 0.93 {
-			t.Errorf("run %d: admitted %.1f%% of B + R*T, want at least 93%%", i+1, 100*ratio)
-		}
-		if open > 50*time.Millisecond || slices.Contains(res.opened, -1) {
-			t.Errorf("run %d: breakers opened %v after the kill, want all within 50 ms", i+1, res.opened)
-		}
-		if worst > breaker.DefaultCallTimeout+5*time.Millisecond {
-			t.Errorf("run %d: a decision took %v, want at most ColdWait + 5 ms", i+1, worst)
-		}
+			bound := float64(lim.Burst) + lim.Rate*res.end.Sub(res.start).Seconds()
+			ratio := float64(admitted) / bound
+			ratios = append(ratios, ratio)
+			slowest = max(slowest, worst)
+			var open time.Duration
+			for _, d := range res.opened {
+				open = max(open, d)
+			}
+			lastOpen = max(lastOpen, open)
+			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven; breakers opened %v after the kill (the last); slowest decision %v; promoted %v after the kill, normal %v after that",
+				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.opened, worst.Round(time.Millisecond/10),
+				res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
+			if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
+				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)
+			}
+			if !closed && ratio < 0.93 {
+				t.Errorf("run %d: admitted %.1f%% of B + R*T, want at least 93%%", i+1, 100*ratio)
+			}
+			if open > 50*time.Millisecond || slices.Contains(res.opened, -1) {
+				t.Errorf("run %d: breakers opened %v after the kill, want all within 50 ms", i+1, res.opened)
+			}
+			if worst > breaker.DefaultCallTimeout+5*time.Millisecond {
+				t.Errorf("run %d: a decision took %v, want at most ColdWait + 5 ms", i+1, worst)
+			}
+		})
+	}
+	if len(ratios) == 0 {
+		return
 	}
 	slices.Sort(ratios)
 	t.Logf("%d runs: admitted %.1f%% to %.1f%% of B + R*T (median %.1f%%); the last breaker opened at most %v after the kill; the slowest decision %v",
