@@ -22,7 +22,7 @@ func (l *Limiter) alone(ctx context.Context, key string, sp *reconcile.Spec, lim
 		return l.fallback(nil, sp, lim, cost, key), nil
 	}
 	l.stats.fetched.Add(1)
-	gr, err := l.once(ctx, key, sp, cost)
+	gr, err := l.once(ctx, key, sp, cost, l.r.ColdBy())
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()

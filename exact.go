@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"time"
 
 	"github.com/hybridlimit/hybrid/global"
 	"github.com/hybridlimit/hybrid/local"
@@ -13,7 +14,7 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	if l.r.DegradedKey(e.Key()) {
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
-	gr, err := l.once(ctx, e.Key(), sp, cost)
+	gr, err := l.once(ctx, e.Key(), sp, cost, l.r.ColdBy())
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, false, ctx.Err()
@@ -26,14 +27,15 @@ func (l *Limiter) exact(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 
 // once decides cost micro-tokens of key under sp with one script call,
 // which goes with the other requests that need Redis now
-// (Reconciler.SettleNow), and returns what Redis decided.
-func (l *Limiter) once(ctx context.Context, key string, sp *reconcile.Spec, cost int64) (global.Result, error) {
+// (Reconciler.SettleNowBy), and returns what Redis decided, waiting until
+// the clock reads by at most.
+func (l *Limiter) once(ctx context.Context, key string, sp *reconcile.Spec, cost int64, by time.Duration) (global.Result, error) {
 	glim := global.Limit{Rate: sp.Rate, Burst: sp.Limit.Burst / local.Micro}
 	s, err := global.Decision(key, glim, cost/local.Micro)
 	if err != nil {
 		return global.Result{}, err
 	}
-	rep, err := l.r.SettleNow(ctx, s)
+	rep, err := l.r.SettleNowBy(ctx, s, by)
 	if err == nil {
 		err = rep.Err
 	}

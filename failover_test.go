@@ -3,9 +3,11 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,6 +177,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 			InstanceID: "fo-" + strconv.Itoa(i),
 			Breaker:    breaker.Config{OnStateChange: tr.record},
 			Fallback:   ld.fallback,
+			Logger:     foLogger(t, i),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -487,8 +490,8 @@ func TestFailoverMeasure(t *testing.T) {
 				open = max(open, d)
 			}
 			lastOpen = max(lastOpen, open)
-			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven; breakers opened %v after the kill (the last); slowest decision %v; promoted %v after the kill, normal %v after that",
-				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.opened, worst.Round(time.Millisecond/10),
+			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven, %d heartbeats found writes lost, %.0f tokens charged again; breakers opened %v after the kill; slowest decision %v; promoted %v after the kill, normal %v after that",
+				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, float64(res.recharged)/1e6, res.opened, worst.Round(time.Millisecond/10),
 				res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
 			if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
 				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)
@@ -510,4 +513,23 @@ func TestFailoverMeasure(t *testing.T) {
 	slices.Sort(ratios)
 	t.Logf("%d runs: admitted %.1f%% to %.1f%% of B + R*T (median %.1f%%); the last breaker opened at most %v after the kill; the slowest decision %v",
 		runs, 100*ratios[0], 100*ratios[len(ratios)-1], 100*ratios[len(ratios)/2], lastOpen, slowest.Round(time.Millisecond/10))
+}
+
+// foLogger returns the Logger of instance i of a failover run: its
+// warnings (breakers opening, writes found lost) in the test's log with
+// HYBRID_FAILOVER_LOG set, else nil (slog's default, which tests keep
+// quiet).
+func foLogger(t *testing.T, i int) *slog.Logger {
+	if os.Getenv("HYBRID_FAILOVER_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("instance", i)
+}
+
+// tlog writes to a test's log.
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

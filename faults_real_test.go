@@ -25,8 +25,8 @@ import (
 // a synctest bubble, while Redis's clock is far from the instances' or
 // jumps. Each fault checks the same contract:
 //
-//   - every decision answers, without error, within ColdWait plus a call
-//     timeout (and scheduling slack);
+//   - every decision answers, without error, within ColdWait (and
+//     scheduling slack);
 //   - what was admitted is charged to Redis once it is back, once: the
 //     bucket of a key with a burst too large to run out ends at B minus what
 //     the fleet admitted (a settlement whose reply was lost is sent again,

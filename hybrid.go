@@ -102,13 +102,13 @@ type Config struct {
 	// MaxKeys bounds the keys tracked in memory; the least recently used
 	// are settled and dropped. 0 means 100000.
 	MaxKeys int
-	// ColdWait bounds how long a request waits for Redis on a key this
-	// instance holds nothing for; past it the fallback policy answers.
-	// 0 means the breaker's call timeout (50ms). A request whose key a
-	// settlement round holds (an Optimistic key's charge, a lease that
-	// round may grant) waits for that round first, while it makes progress:
-	// a call of it answered at least every two of the breaker's deadlines
-	// for a full call, which adapt to the latency Redis shows.
+	// ColdWait bounds how long a request waits for Redis, in all: for a
+	// settlement round that holds its key (an Optimistic key's charge, a
+	// lease that round may grant), its fetches, a take, an Exact decision.
+	// Past it the request is denied, or answered by the fallback policy
+	// if Redis is known to be down. 0 means the breaker's call timeout
+	// (50ms). A Redis whose round trips take longer (far away, or busy)
+	// needs a ColdWait above them.
 	ColdWait time.Duration
 	// Instances is the fleet size for LocalShare. 0 means the live count
 	// from the instances' heartbeats through Redis.

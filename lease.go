@@ -33,7 +33,9 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	if denied {
 		return res, true, nil
 	}
-	// Redis may have tokens: fetch them.
+	// Redis may have tokens: fetch them, waiting for Redis ColdWait in all
+	// (the fetches, a take, a round).
+	by := now + l.r.ColdWait()
 	l.stats.fetched.Add(1)
 	if fresh && e.View().Age(now) <= 2*l.r.SyncInterval() {
 		// A key in use here whose lease ran dry: it grows. Not one whose
@@ -54,7 +56,7 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 			l.r.AddDemand(e, cost)
 			defer l.r.AddDemand(e, -cost)
 		}
-		if err := l.r.Fetch(ctx, e, cost); err != nil {
+		if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
 		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
@@ -74,7 +76,7 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	if e.View().Tokens >= cost {
 		// Other requests spent what the fetches brought: take this one's
 		// cost for it alone.
-		ok, err := l.r.Take(ctx, e, cost)
+		ok, err := l.r.TakeBy(ctx, e, cost, by)
 		if ok {
 			return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
 		}
@@ -87,7 +89,7 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	}
 	// A settlement round for the key may be under way, and may be what
 	// emptied the bucket for the fetches: wait for its grant before denying.
-	if l.r.AwaitRound(ctx, e) {
+	if l.r.AwaitRoundBy(ctx, e, by) {
 		if left, ok := e.Allowance.SpendUncounted(cost); ok {
 			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 		}

@@ -37,6 +37,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
 	v := e.View()
+	by := l.r.ColdBy() // every wait below for Redis, ColdWait in all
 	if v.Seen == 0 && !l.remembered(e.Key()) && l.r.Trust(e, sp, cost) {
 		// Its first request is admitted on trust, charged at the next
 		// round.
@@ -48,10 +49,10 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if v.Seen == 0 {
 		l.r.AwaitTrusted(e) // the budget to come counts the first request
 		if cost <= l.r.Cap(sp) {
-			return l.settleFor(ctx, e, sp, lim, cost)
+			return l.settleFor(ctx, e, sp, lim, cost, by)
 		}
 		l.stats.fetched.Add(1) // learn the bucket, then take the cost alone
-		if err := l.r.Fetch(ctx, e, cost); err != nil {
+		if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
 		if e.Retired() {
@@ -62,7 +63,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if cost > l.r.Cap(sp) {
 		if cost > local.Micro && v.Tokens >= cost { // a budget holds a token at least
 			l.stats.fetched.Add(1)
-			ok, err := l.r.Take(ctx, e, cost)
+			ok, err := l.r.TakeBy(ctx, e, cost, by)
 			if ok {
 				return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
 			}
@@ -76,7 +77,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		now := l.clock.Now()
 		return l.deniedHere(sp, lim, untilHolds(sp, v, cost, now), v, 0, now), true, nil
 	}
-	if l.r.AwaitRound(ctx, e) {
+	if l.r.AwaitRoundBy(ctx, e, by) {
 		// A round is charging the key's consumption: Redis does not hold
 		// the charge yet, and a grant now could take the tokens it
 		// charges. Its reply renews the budget, or tells when to settle.
@@ -95,7 +96,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}
 	}
-	return l.settleFor(ctx, e, sp, lim, cost)
+	return l.settleFor(ctx, e, sp, lim, cost, by)
 }
 
 // settleFor settles the Optimistic key of e now, for a request of cost
@@ -103,10 +104,10 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 // one round trip, shared with the key's concurrent requests, that charges
 // what the key spent and asks for tokens out of the bucket, or renews the
 // budget by its share (see reconcile.Reconciler.Fetch). The request spends
-// the new budget, or is denied.
-func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
+// the new budget, or is denied. It waits for Redis until the clock reads by.
+func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64, by time.Duration) (Result, bool, error) {
 	l.stats.fetched.Add(1)
-	if err := l.r.Fetch(ctx, e, cost); err != nil {
+	if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
 		return l.fetchFailed(ctx, err, e, sp, lim, cost)
 	}
 	if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer

@@ -3,10 +3,12 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hybridlimit/hybrid/global"
 )
@@ -71,6 +73,21 @@ type waiter struct {
 // which takes twice, towards denying.
 func (r *Reconciler) SettleNow(ctx context.Context, s global.Settlement) (global.Reply, error) {
 	rep, _, err := r.settleNowUntil(ctx, s, nil)
+	return rep, err
+}
+
+// SettleNowBy is SettleNow for a request that must be answered by the
+// clock reading by (see ColdBy): past it, it gives up with an error
+// wrapping ErrNoAnswer, and leaves the settlement in its batch, applied or
+// not, as a caller that gives up on ctx does.
+func (r *Reconciler) SettleNowBy(ctx context.Context, s global.Settlement, by time.Duration) (global.Reply, error) {
+	d := deadline{r: r, wait: r.left(by)}
+	defer d.stop()
+	rep, w, err := r.settleNowUntil(ctx, s, &d)
+	if w != nil && errors.Is(err, ErrNoAnswer) {
+		r.stats.fetchTimeouts.Add(1)
+		err = fmt.Errorf("reconcile: settle %q: %w within %v", s.Key, ErrNoAnswer, r.cfg.ColdWait)
+	}
 	return rep, err
 }
 

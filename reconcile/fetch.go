@@ -270,7 +270,7 @@ func (r *Reconciler) awaitCharge(e *Entry) (time.Duration, bool) {
 	}
 	e.X.flags.Or(flagAwaiting)
 	defer e.X.flags.And(^flagAwaiting)
-	return r.roundWait(e), r.awaitRound(context.Background(), e, e.X.claimCharge)
+	return r.roundWait(e), r.awaitRound(context.Background(), e, e.X.claimCharge, noDeadline)
 }
 
 // fetchDoubt keeps d, a fetch without a reply, for the key's next fetch or
@@ -344,6 +344,12 @@ func (r *Reconciler) answered(sp *Spec, s *global.Settlement, rep global.Reply, 
 // at most Config.ColdWait and no longer than ctx; a grant that arrives after
 // the caller gave up joins e's allowance.
 func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, error) {
+	return r.TakeBy(ctx, e, cost, r.ColdBy())
+}
+
+// TakeBy is Take for a request that must be answered by the clock reading
+// by (see ColdBy).
+func (r *Reconciler) TakeBy(ctx context.Context, e *Entry, cost int64, by time.Duration) (bool, error) {
 	sp := e.X.Spec()
 	if sp == nil || e.Retired() {
 		return false, fmt.Errorf("reconcile: take %q: %w", e.Key(), ErrGone)
@@ -360,7 +366,7 @@ func (r *Reconciler) Take(ctx context.Context, e *Entry, cost int64) (bool, erro
 	}) {
 		return false, ErrClosed
 	}
-	t := r.timer(r.cfg.ColdWait)
+	t := r.timer(r.left(by))
 	defer r.putTimer(t)
 	select {
 	case res := <-ch:

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A key's fetches go one at a time, and the requests that come while one is
@@ -103,22 +104,29 @@ func (fs *flights) land(key string, fl *flight, err error) {
 // Fetch settles e's key alone, now, for a request of cost micro-tokens:
 // it charges what e consumed unsettled, and in lease mode asks for allowance
 // (at least cost, or nothing). Concurrent fetches of one key share one round
-// trip. It waits at most Config.ColdWait for its round trip (and no longer
-// than ctx), after the round charging an optimistic key, if one is, while
-// that round makes progress (see awaitCharge); an error means the caller should
-// decide by the fallback policy.
+// trip. It waits at most Config.ColdWait in all (and no longer than ctx):
+// for the round charging an optimistic key, if one is, and then for its
+// own round trip; an error means the caller should decide by the fallback
+// policy.
 func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
+	return r.FetchBy(ctx, e, cost, r.ColdBy())
+}
+
+// FetchBy is Fetch for a request that must be answered by the clock
+// reading by (see ColdBy): a request that fetches more than once, or takes
+// after it, waits no longer in all.
+func (r *Reconciler) FetchBy(ctx context.Context, e *Entry, cost int64, by time.Duration) error {
 	if e.X.roundCharging() {
 		// The fetch would wait for the round charging the key (an
 		// optimistic key's charges go one at a time: see fetch). The
 		// request waits for it here, while it makes progress, and then
-		// ColdWait for its own round trip.
-		r.awaitRound(ctx, e, func() bool { return !e.X.roundCharging() })
+		// for its own round trip, until by in all.
+		r.awaitRound(ctx, e, func() bool { return !e.X.roundCharging() }, by)
 	}
 	fl, lead := r.flights.join(e.Key())
 	if lead {
 		if sp := e.X.Spec(); sp != nil && sp.Mode == Lease {
-			return r.leadFetch(ctx, e, cost, fl)
+			return r.leadFetch(ctx, e, cost, fl, by)
 		}
 		r.flights.await(e.Key(), fl) // a channel to wait on, as those who join have
 		e.X.flags.Or(flagFetching)
@@ -127,7 +135,7 @@ func (r *Reconciler) Fetch(ctx context.Context, e *Entry, cost int64) error {
 			return ErrClosed
 		}
 	}
-	return r.awaitFlight(ctx, e, fl)
+	return r.awaitFlight(ctx, e, fl, by)
 }
 
 // fly lands fl, the flight of e's key, with err: the key is no longer
@@ -138,45 +146,33 @@ func (r *Reconciler) fly(e *Entry, fl *flight, err error) {
 }
 
 // awaitFlight waits for fl, a flight of e's key that another request or a
-// goroutine of its own makes, to end: at most Config.ColdWait once the
-// fetch's round trip has begun, and no longer than ctx.
-func (r *Reconciler) awaitFlight(ctx context.Context, e *Entry, fl *flight) error {
-	wait := r.cfg.ColdWait
-	t := r.timer(wait)
+// goroutine of its own makes, to end: until the clock reads by (the
+// request's ColdBy), however long the fetch waits for a round charging the
+// key before its own round trip (see awaitCharge), and no longer than ctx.
+// A fetch it stops waiting for goes on: what it brings reaches the entry.
+func (r *Reconciler) awaitFlight(ctx context.Context, e *Entry, fl *flight, by time.Duration) error {
+	t := r.timer(r.left(by))
 	defer r.putTimer(t)
-	held := false // the fetch waited for a round at the timer's last expiry
-	for {
-		select {
-		case <-fl.done:
-			return fl.err
-		case <-t.C:
-			// A fetch that waits for a round charging the key (see
-			// awaitCharge, bounded by the round's progress) has not begun
-			// its own round trip: ColdWait counts from when it does (one
-			// that waited at the last expiry and does not now has begun
-			// it since: ColdWait again).
-			if now := e.X.awaiting(); now || held {
-				held = now
-				t.Reset(wait)
-				continue
-			}
-			r.stats.fetchTimeouts.Add(1)
-			return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, wait)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	select {
+	case <-fl.done:
+		return fl.err
+	case <-t.C:
+		r.stats.fetchTimeouts.Add(1)
+		return fmt.Errorf("reconcile: fetch %q: %w within %v", e.Key(), ErrNoAnswer, r.cfg.ColdWait)
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // leadFetch makes the fetch of fl, a flight of e's lease key, on the
 // caller's goroutine (see Fetch).
-func (r *Reconciler) leadFetch(ctx context.Context, e *Entry, cost int64, fl *flight) error {
+func (r *Reconciler) leadFetch(ctx context.Context, e *Entry, cost int64, fl *flight, by time.Duration) error {
 	if !r.inline.enter() {
 		r.flights.land(e.Key(), fl, ErrClosed)
 		return ErrClosed
 	}
 	e.X.flags.Or(flagFetching)
-	lw := &leadWait{ctx: ctx, timeout: deadline{r: r, wait: r.cfg.ColdWait}, fl: fl}
+	lw := &leadWait{ctx: ctx, timeout: deadline{r: r, wait: r.left(by)}, fl: fl}
 	err := r.fetch(e, cost, lw)
 	lw.timeout.stop()
 	if !lw.late {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"sync"
@@ -66,10 +67,9 @@ type Config struct {
 	LocalCapacity int64
 	// MaxKeys bounds the keys tracked. 0 means local.DefaultCapacity.
 	MaxKeys int
-	// ColdWait bounds how long a request waits for the fetch of a key this
-	// instance holds nothing for. 0 means the breaker's call timeout. A
-	// request for an optimistic key that a round is charging waits for
-	// that round first, while it makes progress (see AwaitRound).
+	// ColdWait bounds how long a request waits for Redis in all: for the
+	// round charging its key, if one is (see AwaitRound), its fetches, a
+	// take (see ColdBy). 0 means the breaker's call timeout.
 	ColdWait time.Duration
 	// Instances is the fleet size used to share a limit while Redis is
 	// unreachable. 0 means the live count from the heartbeats.
@@ -385,33 +385,59 @@ func (r *Reconciler) Fetching(e *Entry) bool { return e.X.flags.Load()&flagFetch
 
 // AwaitRound waits while a settlement round (or an early top-up) has a
 // settlement of e in flight, until its reply has been applied, as long as
-// the round makes progress (see awaitRound) and no longer than ctx, and
-// reports whether there was one. A request about to be denied for want of
+// the round makes progress (see awaitRound), Config.ColdWait at most and no
+// longer than ctx, and reports whether there was one. A request about to be denied for want of
 // allowance waits so for the allowance that round may bring: its fetch,
 // sent while the round was under way, can find the bucket emptied by the
 // round itself.
 func (r *Reconciler) AwaitRound(ctx context.Context, e *Entry) bool {
+	return r.AwaitRoundBy(ctx, e, r.ColdBy())
+}
+
+// AwaitRoundBy is AwaitRound for a request that must be answered by the
+// clock reading by (see ColdBy): it stops waiting then, whatever the
+// round does.
+func (r *Reconciler) AwaitRoundBy(ctx context.Context, e *Entry, by time.Duration) bool {
 	if !e.X.settling() {
 		return false
 	}
-	r.awaitRound(ctx, e, func() bool { return !e.X.settling() })
+	r.awaitRound(ctx, e, func() bool { return !e.X.settling() }, by)
 	return true
 }
 
+// ColdBy returns the clock reading by which a request that needs Redis now
+// must be answered: Config.ColdWait from now. Every wait of the request (a
+// round that holds its key, a fetch, a take, an exact decision) draws on
+// it, so that no decision waits for Redis longer than ColdWait in all.
+func (r *Reconciler) ColdBy() time.Duration { return r.clock.Now() + r.cfg.ColdWait }
+
+// ColdWait returns Config.ColdWait, its default filled in.
+func (r *Reconciler) ColdWait() time.Duration { return r.cfg.ColdWait }
+
+// left returns how long until the clock reading by, 0 if it has passed.
+func (r *Reconciler) left(by time.Duration) time.Duration { return max(by-r.clock.Now(), 0) }
+
 // awaitRound waits until cond holds, for a round that holds e's key: while
 // the round makes progress, a call of it answered at least every
-// roundWait, and no longer than ctx. It reports whether cond held. A round
+// roundWait, until the clock reads by (a request's ColdBy; noDeadline for
+// none), and no longer than ctx. It reports whether cond held. A round
 // of many keys goes to Redis in calls of maxBatch keys, one after another,
 // and a key of its last call waits for all of them: on a busy Redis that
 // takes longer than any one call's deadline, while a Redis that stopped
 // answering leaves the round without progress for a call's deadline.
-func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool) bool {
+func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool, by time.Duration) bool {
 	if cond() {
 		return true
 	}
 	wait := r.roundWait(e)
 	t := r.timer(wait)
 	defer r.putTimer(t)
+	var end <-chan time.Time
+	if by != noDeadline {
+		bt := r.timer(r.left(by))
+		defer r.putTimer(bt)
+		end = bt.C
+	}
 	for {
 		ch := *r.applied.Load() // before cond: a reply applied after this closes ch
 		if cond() {
@@ -422,11 +448,16 @@ func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool)
 			t.Reset(wait) // a call of a round answered
 		case <-t.C:
 			return false
+		case <-end:
+			return cond()
 		case <-ctx.Done():
 			return false
 		}
 	}
 }
+
+// noDeadline is the by of a wait that no request's ColdBy bounds.
+const noDeadline = time.Duration(math.MaxInt64)
 
 // roundWait is how long a round holding e's key may go without a call
 // answered before awaitRound gives up on it: a call may wait in the node's

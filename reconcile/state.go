@@ -202,10 +202,6 @@ func (s *State) clearQueued() { s.flags.And(^flagQueued) }
 // charge, sent and not applied, has yet to reach.
 func (s *State) claimCharge() bool { return s.flags.Or(flagCharging)&flagCharging == 0 }
 
-// awaiting reports whether a fetch of the key waits for a round charging
-// it.
-func (s *State) awaiting() bool { return s.flags.Load()&flagAwaiting != 0 }
-
 // roundCharging reports whether a round holds the claim of claimCharge: the
 // key's charge is claimed, and not by a fetch (none on its way, or the one
 // on its way waits for the claim). A fetch about to wait is not seen.
