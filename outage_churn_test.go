@@ -2,7 +2,6 @@ package hybrid_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -35,18 +34,6 @@ func churnKeys(t *testing.T, def int) int {
 		t.Fatalf("HYBRID_CHURN_KEYS=%q: want a number of keys, at least 20", s)
 	}
 	return keys
-}
-
-// closedAddr returns a loopback address nothing listens on: a Redis that
-// refuses every connection.
-func closedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // churnFleet asks keys keys round-robin, passes times, through lims, each
@@ -105,7 +92,7 @@ func TestOutageChurn(t *testing.T) {
 				}
 				ctx := context.Background()
 				var proc *redistest.Proc
-				addr := closedAddr(t)
+				addr := redistest.ClosedAddr(t)
 				if start == "killed" {
 					proc = redistest.Server(t)
 					addr = proc.Addr()

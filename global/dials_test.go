@@ -11,21 +11,9 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
-
-// refusedAddr returns a loopback address where nothing listens: a dial to
-// it is refused.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // gones records the addresses WatchDials reports.
 type gones struct {
@@ -52,7 +40,7 @@ func TestWatchDials(t *testing.T) {
 	ctx := context.Background()
 	t.Run("client", func(t *testing.T) {
 		var g gones
-		rdb := redis.NewClient(&redis.Options{Addr: refusedAddr(t), MaxRetries: -1, DialerRetries: 1})
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.ClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
 		defer rdb.Close()
 		stop := global.WatchDials(rdb, g.gone)
 		if err := rdb.Ping(ctx).Err(); err == nil {
@@ -70,7 +58,7 @@ func TestWatchDials(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		var g gones
-		addr := refusedAddr(t)
+		addr := redistest.ClosedAddr(t)
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, MaxRetries: -1, DialerRetries: 1})
 		defer rdb.Close()
 		defer global.WatchDials(rdb, g.gone)()

@@ -2,8 +2,10 @@ package redistest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +194,15 @@ func need(tb testing.TB, bins ...string) {
 			tb.Skip(msg)
 		}
 	}
+}
+
+// ClosedAddr returns an address on 127.0.0.1 that nothing listens on: a
+// Redis that refuses every connection (ECONNREFUSED), as a dead one does.
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
