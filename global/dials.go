@@ -18,11 +18,11 @@ import (
 // deadline passed, so that the evidence would otherwise be lost.
 //
 // The address is the node's on a *redis.ClusterClient (the nodes the client
-// makes from now on; a node it made already is watched from its next
-// layout's nodes on, as go-redis has no other hook into them), and "" on
-// any other client: a *redis.Client, a failover client among them, whose
-// dial finds the master through its sentinels, or a *redis.Ring. A client
-// of another type is not watched.
+// makes from now on: go-redis has no hook into the dials of a node it made
+// already), and "" on a *redis.Client, a failover client among them, whose
+// dial finds the master through its sentinels. A client of another type,
+// a *redis.Ring among them (its hooks do not reach its shards' dials), is
+// not watched: its breakers open on silence alone.
 //
 // The hook stays on the client, which has no way to remove it: stop makes
 // it inert, and drops gone.
@@ -33,8 +33,6 @@ func WatchDials(rdb redis.UniversalClient, gone func(addr string)) (stop func())
 	case *redis.ClusterClient:
 		c.OnNewNode(func(node *redis.Client) { node.AddHook(dialHook{w: w, addr: node.Options().Addr}) })
 	case *redis.Client:
-		c.AddHook(dialHook{w: w})
-	case *redis.Ring:
 		c.AddHook(dialHook{w: w})
 	}
 	return w.stop
