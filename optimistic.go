@@ -37,7 +37,10 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		return l.fallback(e, sp, lim, cost, e.Key()), true, nil
 	}
 	v := e.View()
-	by := l.r.ColdBy() // every wait below for Redis, ColdWait in all
+	// The decision's waits for Redis below end by ColdWait in all, read
+	// from the clock at the first of them: a request denied here reads it
+	// not at all.
+	var by time.Duration
 	if v.Seen == 0 && !l.remembered(e.Key()) && l.r.Trust(e, sp, cost) {
 		// Its first request is admitted on trust, charged at the next
 		// round.
@@ -49,10 +52,10 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if v.Seen == 0 {
 		l.r.AwaitTrusted(e) // the budget to come counts the first request
 		if cost <= l.r.Cap(sp) {
-			return l.settleFor(ctx, e, sp, lim, cost, by)
+			return l.settleFor(ctx, e, sp, lim, cost, l.coldBy(&by))
 		}
 		l.stats.fetched.Add(1) // learn the bucket, then take the cost alone
-		if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
+		if err := l.r.FetchBy(ctx, e, cost, l.coldBy(&by)); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
 		if e.Retired() {
@@ -63,7 +66,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 	if cost > l.r.Cap(sp) {
 		if cost > local.Micro && v.Tokens >= cost { // a budget holds a token at least
 			l.stats.fetched.Add(1)
-			ok, err := l.r.TakeBy(ctx, e, cost, by)
+			ok, err := l.r.TakeBy(ctx, e, cost, l.coldBy(&by))
 			if ok {
 				return l.allowed(e, sp, lim, e.Allowance.Load(), SourceRedis), true, nil
 			}
@@ -96,7 +99,16 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 			return l.deniedHere(sp, lim, wait, v, 0, now), true, nil
 		}
 	}
-	return l.settleFor(ctx, e, sp, lim, cost, by)
+	return l.settleFor(ctx, e, sp, lim, cost, l.coldBy(&by))
+}
+
+// coldBy returns *by, the clock reading by which a decision's waits for
+// Redis end (reconcile.Reconciler.ColdBy), reading it at the first call.
+func (l *Limiter) coldBy(by *time.Duration) time.Duration {
+	if *by == 0 {
+		*by = l.r.ColdBy()
+	}
+	return *by
 }
 
 // settleFor settles the Optimistic key of e now, for a request of cost

@@ -391,15 +391,18 @@ func (r *Reconciler) Fetching(e *Entry) bool { return e.X.flags.Load()&flagFetch
 // sent while the round was under way, can find the bucket emptied by the
 // round itself.
 func (r *Reconciler) AwaitRound(ctx context.Context, e *Entry) bool {
-	return r.AwaitRoundBy(ctx, e, r.ColdBy())
+	return r.AwaitRoundBy(ctx, e, 0)
 }
 
 // AwaitRoundBy is AwaitRound for a request that must be answered by the
-// clock reading by (see ColdBy): it stops waiting then, whatever the
-// round does.
+// clock reading by (see ColdBy; 0: ColdWait from now, read only if a round
+// holds the key): it stops waiting then, whatever the round does.
 func (r *Reconciler) AwaitRoundBy(ctx context.Context, e *Entry, by time.Duration) bool {
 	if !e.X.settling() {
 		return false
+	}
+	if by == 0 {
+		by = r.ColdBy()
 	}
 	r.awaitRound(ctx, e, func() bool { return !e.X.settling() }, by)
 	return true
