@@ -31,6 +31,11 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	}
 	fresh, res, denied := l.heldBack(e, sp, lim, cost, now)
 	if denied {
+		// A fetch may have landed since the spend above: its grant is in
+		// the allowance before its view is (see reconcile's apply).
+		if left, ok := e.Allowance.SpendLeftShared(cost); ok {
+			return l.allowed(e, sp, lim, left, SourceLocal), true, nil
+		}
 		return res, true, nil
 	}
 	// Redis may have tokens: fetch them, waiting for Redis ColdWait in all
@@ -47,19 +52,33 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 	}
 	// The fetches ask for what all their waiters need: a request counts
 	// its need in once it is to wait for a fetch of another's (one is on
-	// its way), or to fetch again. A request alone on its key (the long
+	// its way), or to fetch again, and out as soon as it is served, so that
+	// the requests that weigh waiting against the waiters' need (heldBack)
+	// count none served already. A request alone on its key (the long
 	// tail's every request) asks for its cost alone, and counts nothing.
 	counted := false
+	defer func() {
+		if counted {
+			l.r.AddDemand(e, -cost)
+		}
+	}()
+	spend := func() (int64, bool) { // fetched for it: not a local decision
+		left, ok := e.Allowance.SpendUncounted(cost)
+		if ok && counted {
+			counted = false
+			l.r.AddDemand(e, -cost)
+		}
+		return left, ok
+	}
 	for i := range maxFetches {
 		if !counted && (i > 0 || l.r.Fetching(e)) {
 			counted = true
 			l.r.AddDemand(e, cost)
-			defer l.r.AddDemand(e, -cost)
 		}
 		if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
 			return l.fetchFailed(ctx, err, e, sp, lim, cost)
 		}
-		if left, ok := e.Allowance.SpendUncounted(cost); ok { // fetched for it: not a local decision
+		if left, ok := spend(); ok {
 			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 		}
 		if res, ok := l.reserved(e, sp, lim, cost, l.clock.Now()); ok {
@@ -72,6 +91,14 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 			break
 		}
 		l.r.Starved(e, false) // the next fetch asks for a larger lease
+	}
+	if e.View().Tokens >= cost && l.r.AwaitFetchBy(ctx, e, by) {
+		// The last fetch it waited for brought too little, and another is
+		// on its way: that one asked for this request's need too (counted
+		// in), and its grant is this request's to spend.
+		if left, ok := spend(); ok {
+			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+		}
 	}
 	if e.View().Tokens >= cost {
 		// Other requests spent what the fetches brought: take this one's
@@ -88,14 +115,16 @@ func (l *Limiter) lease(ctx context.Context, e *reconcile.Entry, sp *reconcile.S
 		}
 	}
 	// A settlement round for the key may be under way, and may be what
-	// emptied the bucket for the fetches: wait for its grant before denying.
-	if l.r.AwaitRoundBy(ctx, e, by) {
-		if left, ok := e.Allowance.SpendUncounted(cost); ok {
-			return l.allowed(e, sp, lim, left, SourceRedis), true, nil
-		}
-		if ctx.Err() != nil {
-			return Result{}, false, ctx.Err()
-		}
+	// emptied the bucket for the fetches: wait for its grant before
+	// denying. A fetch may have landed since the last spend too: its grant
+	// is in the allowance before its view shows the bucket it left (see
+	// reconcile's apply), so an empty view read above came with it.
+	round := l.r.AwaitRoundBy(ctx, e, by)
+	if left, ok := spend(); ok {
+		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
+	}
+	if round && ctx.Err() != nil {
+		return Result{}, false, ctx.Err()
 	}
 	l.r.Starved(e, false)
 	l.stats.redisDenied.Add(1)
@@ -145,19 +174,32 @@ func (l *Limiter) heldBack(e *reconcile.Entry, sp *reconcile.Spec, lim Limit, co
 		return true, l.deniedHere(sp, lim, wait, v, held, now), true
 	}
 	if l.r.Fetching(e) && l.r.Refill(sp, l.r.SyncInterval()) <= sp.Limit.Burst &&
-		v.Tokens+l.r.Refill(sp, v.Age(now)) < l.r.Takers(e)*l.r.LeaseSize(e, sp)+cost {
-		// A fetch is on its way, and the fleet's fetches may take all the
-		// bucket holds (a lease each): one request waits for it, the others
-		// are told to retry when it is back, a round trip from now, rather
-		// than queue behind it (a hot key's callers would wait on round
-		// trips instead of being answered here). Not for a key whose burst
-		// is below an interval's refill: its callers wait, blocked, so that
-		// the fetch's reply is not kept from a core by their denials while
-		// the bucket, full, refills nothing.
+		v.Tokens+l.r.Refill(sp, v.Age(now)) < l.fetchesTake(e, sp)+cost {
+		// A fetch is on its way, and the fetches may take all the bucket
+		// holds: one request waits for it, the others are told to retry
+		// when it is back, a round trip from now, rather than queue behind
+		// it (a hot key's callers would wait on round trips instead of
+		// being answered here). Not for a key whose burst is below an
+		// interval's refill: its callers wait, blocked, so that the
+		// fetch's reply is not kept from a core by their denials while the
+		// bucket, full, refills nothing.
 		l.r.Starved(e, false)
 		return true, l.deniedHere(sp, lim, 2*l.r.Lead(), v, held, now), true
 	}
 	return true, Result{}, false
+}
+
+// fetchesTake returns what the fetches of e's key (of sp) under way may
+// take out of its bucket before a request that waits for this instance's
+// gets its tokens: a lease each for a key the fleet takes; for a key only
+// this instance takes, what the requests waiting here need, since its
+// fetch's lease is theirs to spend (a lease's worth would deny requests the
+// bucket holds tokens for, which a second fetch would serve).
+func (l *Limiter) fetchesTake(e *reconcile.Entry, sp *reconcile.Spec) int64 {
+	if n := l.r.Takers(e); n > 1 {
+		return n * l.r.LeaseSize(e, sp)
+	}
+	return l.r.Demand(e)
 }
 
 // maxFetches bounds the shared fetches one request waits for.

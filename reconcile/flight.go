@@ -78,6 +78,19 @@ func (fs *flights) join(key string) (*flight, bool) {
 	return fl, true
 }
 
+// joinOnly returns key's flight on its way, with a channel for its end, or
+// nil if there is none.
+func (fs *flights) joinOnly(key string) *flight {
+	sh := fs.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	fl := sh.m[key]
+	if fl != nil && fl.done == nil {
+		fl.done = make(chan struct{})
+	}
+	return fl
+}
+
 // await gives fl, key's flight, the channel its end closes, if it has none.
 func (fs *flights) await(key string, fl *flight) {
 	sh := fs.shard(key)
@@ -136,6 +149,23 @@ func (r *Reconciler) FetchBy(ctx context.Context, e *Entry, cost int64, by time.
 		}
 	}
 	return r.awaitFlight(ctx, e, fl, by)
+}
+
+// AwaitFetchBy waits for the fetch of e's key on its way, if one is, until
+// the clock reads by (see ColdBy) and no longer than ctx, and reports
+// whether one was: a request that fetched as often as it may waits so for
+// a fetch that counted its need (see AddDemand), rather than take its cost
+// alone beside it.
+func (r *Reconciler) AwaitFetchBy(ctx context.Context, e *Entry, by time.Duration) bool {
+	if !r.Fetching(e) {
+		return false
+	}
+	fl := r.flights.joinOnly(e.Key())
+	if fl == nil {
+		return false
+	}
+	_ = r.awaitFlight(ctx, e, fl, by) // the caller reads what it brought, if anything
+	return true
 }
 
 // fly lands fl, the flight of e's key, with err: the key is no longer

@@ -70,6 +70,10 @@ func (sh *sideShard) drop(e *Entry, sd *side) {
 // served by one fetch more, not one each.
 func (r *Reconciler) AddDemand(e *Entry, d int64) { r.sides.addDemand(e, d) }
 
+// Demand returns what the requests waiting for a lease fetch of e's key
+// need (see AddDemand).
+func (r *Reconciler) Demand(e *Entry) int64 { return r.sides.demand(e) }
+
 // addDemand is AddDemand.
 func (s *sides) addDemand(e *Entry, d int64) {
 	sh := s.shard(e)
