@@ -12,6 +12,8 @@ import (
 // so that a fleet that grows is counted within a round or two rather than a
 // heartbeat interval later: until then every instance shares limits out as
 // if the fleet were smaller (optimistic budgets, the fallback's shares).
+// Beats come a SyncInterval apart for a while after an outage too, while
+// the journal is pinned: a second loss of writes is likeliest then.
 func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 	defer r.countedOnce.Do(func() { close(r.counted) })
 	start := r.clock.Now()
@@ -25,6 +27,17 @@ func (r *Reconciler) heartbeat(ctx context.Context) (next time.Duration) {
 		return r.cfg.HeartbeatInterval // a count to make, not a call to retry
 	}
 	r.journal.trim(now.UnixMicro(), r.journalSpan())
+	if r.journal.pinned(now.UnixMicro()) {
+		// An outage ended lately: a Redis that failed over may fail over
+		// again (Sentinel promoting a second replica in the first one's
+		// place, which lagged behind it), and lose what was written to
+		// the first. A loss is charged again from the last beat the new
+		// master holds (see witnessedOn), so what was written between
+		// that beat and the loss, kept by the Redis that answers, is
+		// charged twice: beats a round apart keep that to a round's
+		// settlements, where it would be a heartbeat interval's.
+		next = min(next, r.cfg.SyncInterval)
+	}
 	end := r.clock.Now()
 	r.stats.clockSample(r.clock.Time(start), r.clock.Time(end), now)
 	if old := r.stats.heard.Swap(int64(live)); int64(live) > old {

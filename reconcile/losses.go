@@ -234,6 +234,14 @@ func (j *journal) unpin(now int64, span time.Duration, outages int32) {
 	j.pinUntil = now + 2*span.Microseconds()
 }
 
+// pinned reports whether an outage pins the journal at now (Redis time,
+// microseconds): one is under way, or ended less than two spans ago.
+func (j *journal) pinned(now int64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return now < j.pinUntil
+}
+
 // Took records what s, a settlement of a key of sp that a caller sent
 // itself through SettleNow (an Exact decision), took out of its bucket, as
 // its reply rep tells: if Redis loses that write, the instance charges it

@@ -212,3 +212,55 @@ func TestLostWritesCredited(t *testing.T) {
 		}
 	})
 }
+
+// TestBeatsAfterOutage: after an outage, heartbeats come a SyncInterval
+// apart while the journal is pinned (two journal spans), so that a second
+// loss of writes (Sentinel failing over again) is charged again from a
+// beat a round old, not a heartbeat interval old; then a heartbeat
+// interval apart again. Before, they came a heartbeat interval apart
+// throughout.
+func TestBeatsAfterOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: 100 * time.Millisecond, HeartbeatInterval: time.Second})
+		defer r.Close(context.Background())
+		beats := func(d time.Duration) int {
+			var before, after int
+			w.set(func(s *store) { before = s.beats })
+			time.Sleep(d)
+			synctest.Wait()
+			w.set(func(s *store) { after = s.beats })
+			return after - before
+		}
+		time.Sleep(1500 * time.Millisecond) // past the first beats, a round apart
+		if n := beats(3 * time.Second); n > 4 {
+			t.Fatalf("%d heartbeats in 3 s before any outage, want a second apart", n)
+		}
+		w.set(func(s *store) { s.fail = errNoReply })
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if !r.Degraded() {
+			t.Fatal("not degraded after 4 s of failing calls")
+		}
+		w.set(func(s *store) { s.fail = nil })
+		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
+		for range 20 { // until the breaker lets a call through
+			if r.Fetch(context.Background(), e, M) == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // the first beat after the outage
+		synctest.Wait()
+		if r.Degraded() {
+			t.Fatal("still degraded after the calls came back")
+		}
+		if n := beats(2 * time.Second); n < 15 {
+			t.Fatalf("%d heartbeats in the 2 s after an outage, want a round (100 ms) apart", n)
+		}
+		time.Sleep(5 * time.Second) // the pin ends two journal spans (6 s) after the outage
+		if n := beats(3 * time.Second); n > 4 {
+			t.Fatalf("%d heartbeats in 3 s once the outage's pin ended, want a second apart", n)
+		}
+	})
+}
