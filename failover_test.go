@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -67,6 +68,7 @@ const (
 	foKill     = "kill"     // SIGKILL of the master
 	foHandover = "handover" // SENTINEL FAILOVER
 	foLagging  = "lagging"  // both replicas frozen and cut off for 1.5 s, then the master killed: the promoted one lacks those writes
+	foTwice    = "twice"    // a kill, and 1 s after the promotion a lagging kill of the new master (Sentinel failing over twice)
 )
 
 // foTopology is a Redis with replicas that a failover case runs against.
@@ -226,29 +228,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 	}
 	m := topo.master(t)
 	if fault == foLagging {
-		replicas := topo.replicas(t, m)
-		for _, p := range replicas {
-			if err := p.Freeze(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Cut the replication links (the frozen replicas cannot dial
-		// again), so that what the master writes now reaches no replica:
-		// a frozen replica still receives into its socket what the master
-		// sent before.
-		if err := redistest.Client(t, m).ClientKillByFilter(context.Background(), "TYPE", "replica").Err(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(1500 * time.Millisecond) // the master takes writes its replicas miss
-		err := m.Kill()
-		for _, p := range replicas {
-			if terr := p.Thaw(); terr != nil {
-				t.Fatal(terr)
-			}
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		lag(t, topo, m)
 	}
 	res.fault = time.Now()
 	switch fault {
@@ -261,6 +241,15 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 		topo.promoted(t, m)
 	case foLagging:
 		topo.promoted(t, m)
+	case foTwice:
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		topo.promoted(t, m)
+		time.Sleep(time.Second) // load, not synchronisation: the new master takes writes
+		second := topo.master(t)
+		lag(t, topo, second)
+		topo.promoted(t, second)
 	}
 	res.promoted = time.Now()
 	// Every breaker closed again (if one opened), and a round settled.
@@ -306,6 +295,38 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 	res.owed = owed(t, topo, lim, res.end)
 	slices.SortFunc(res.decisions, func(a, b foDecision) int { return a.at.Compare(b.at) })
 	return res
+}
+
+// lag has m's replicas miss 1.5 s of its writes, then kills m: the replica
+// promoted in its place lacks them. The replicas are frozen and their links
+// cut (a frozen replica cannot dial again; it still receives into its
+// socket what m sent before), then thawed once m is dead. A replica not
+// running (a master killed before) is left alone.
+func lag(t *testing.T, topo foTopology, m *redistest.Proc) {
+	var frozen []*redistest.Proc
+	for _, p := range topo.replicas(t, m) {
+		err := p.Freeze()
+		if errors.Is(err, redistest.ErrStopped) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		frozen = append(frozen, p)
+	}
+	if err := redistest.Client(t, m).ClientKillByFilter(context.Background(), "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the master takes writes its replicas miss
+	err := m.Kill()
+	for _, p := range frozen {
+		if terr := p.Thaw(); terr != nil {
+			t.Fatal(terr)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // owed returns what the hot key's bucket owes at the end of a run, in
@@ -453,6 +474,10 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 // the kill; no decision takes more than ColdWait + 5 ms.
 // HYBRID_FAILOVER_POLICY=closed runs it with FailClosed (the floor then
 // does not apply: the fleet admits nothing while Redis is down).
+// HYBRID_FAILOVER_FAULT=twice kills the promoted replica too, 1 s after
+// its promotion, once the other replica missed 1.5 s of its writes:
+// Sentinel failing over twice, the second time to a replica that lacks
+// what the first took.
 //
 //	HYBRID_FAILOVER_RUNS=20 HYBRID_REQUIRE_REDIS=1 go test -run 'TestFailoverMeasure$' -v .
 func TestFailoverMeasure(t *testing.T) {
@@ -462,6 +487,10 @@ func TestFailoverMeasure(t *testing.T) {
 	}
 	ld := foLoad{instances: 4, workers: 4, gap: 4 * time.Millisecond, before: 4 * time.Second, span: 12 * time.Second, fallback: hybrid.LocalShare}
 	closed := os.Getenv("HYBRID_FAILOVER_POLICY") == "closed"
+	fault := foKill
+	if os.Getenv("HYBRID_FAILOVER_FAULT") == foTwice {
+		fault = foTwice
+	}
 	if closed {
 		ld.fallback = hybrid.FailClosed
 	}
@@ -472,7 +501,7 @@ func TestFailoverMeasure(t *testing.T) {
 	for i := range runs {
 		// A subtest a run: each stops its Sentinel set before the next.
 		t.Run(fmt.Sprint("run ", i+1), func(t *testing.T) {
-			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, foKill, ld)
+			res := failover(t, sentinelTopology{redistest.Sentinel(t)}, lim, fault, ld)
 			admitted := 0
 			var worst time.Duration
 			for _, d := range res.decisions {
