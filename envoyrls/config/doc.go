@@ -25,7 +25,8 @@
 // YAML, returned with the match). The units are second, minute, hour, day,
 // week, month (30 days) and year (365 days), in any case. A value, or a
 // key, may hold '*' wildcards, each matching any run of bytes. Nothing
-// else is accepted: a field name the format does not have is an error.
+// else is accepted, but the mode field of this package's own (below): a
+// field name the format does not have is an error.
 //
 // Load reads files given as bytes, LoadDir the files of a directory and
 // LoadFS those of an fs.FS. They return *Rules, which Lookup searches per
@@ -40,6 +41,27 @@
 //
 // A rejected configuration is an *Error that names the file, the domain
 // and the descriptor path, and wraps one of the Err sentinels.
+//
+// # The mode field
+//
+// The package accepts one field the original does not have: mode, in a
+// rate_limit, which says how the limit is settled across a fleet by the
+// service built on package hybrid (lease, the default, optimistic or
+// exact; see Mode):
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: to_number
+//	    rate_limit:
+//	      unit: day
+//	      requests_per_unit: 100
+//	      mode: optimistic
+//
+// A file that uses it is this package's only: the original rejects it, as
+// it rejects every field it does not know. mode is known in a rate_limit
+// alone; anywhere else it is ErrMode, as is a value other than lease,
+// optimistic and exact (in any case). Every file the original accepts
+// loads here as there, with Limit.Mode ModeDefault.
 //
 // # Fidelity
 //

@@ -98,6 +98,9 @@ var (
 	ErrReplacesEmpty = errors.New("replaces entry without a name")
 	// ErrReplacesSelf is a rate_limit that replaces its own name.
 	ErrReplacesSelf = errors.New("rate_limit replaces its own name")
+	// ErrMode is a mode field (this package's own, see Mode) that is not
+	// lease, optimistic or exact, or one outside a rate_limit.
+	ErrMode = errors.New("invalid mode")
 	// ErrShareThreshold is share_threshold on a descriptor whose composite
 	// key has no wildcard.
 	ErrShareThreshold = errors.New("share_threshold without a wildcard")

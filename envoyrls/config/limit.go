@@ -116,4 +116,62 @@ type Limit struct {
 	// Replaces is the names listed in replaces, in order, none of them ""
 	// or Name. It is shared with the Rules and must not be modified.
 	Replaces []string
+	// Mode is mode, a field of this package's own (see Mode): how the
+	// limit is settled across a fleet. It is ModeDefault when the file
+	// names none, and always for an Override.
+	Mode Mode
+}
+
+// Mode is how a limit is settled across the instances of a fleet: the
+// mode field of a rate_limit, which this package adds to the original's
+// format (the original rejects a file that uses it, as it rejects any
+// field it does not know). Its values name the settlement modes of
+// package hybrid. The zero Mode is ModeDefault.
+type Mode uint8
+
+// The modes, as the field spells them: lease, optimistic and exact, in
+// any case.
+const (
+	// ModeDefault is no mode field: the server's default applies.
+	ModeDefault Mode = iota
+	// ModeLease reserves allowance before it is spent (hybrid.Lease).
+	ModeLease
+	// ModeOptimistic spends first and settles at the next round
+	// (hybrid.Optimistic).
+	ModeOptimistic
+	// ModeExact asks Redis for every decision (hybrid.Exact).
+	ModeExact
+)
+
+// modeNames are the modes' names, as the configuration spells them.
+var modeNames = [...]string{
+	ModeDefault:    "default",
+	ModeLease:      "lease",
+	ModeOptimistic: "optimistic",
+	ModeExact:      "exact",
+}
+
+// String returns the mode's name as the configuration spells it: "lease",
+// "optimistic", "exact", "default" for ModeDefault, and "Mode(n)" for a
+// value outside the enum.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// parseMode reads the mode field: lease, optimistic or exact, in any case.
+// ok is false for anything else, "default" included, which is no value of
+// the field.
+func parseMode(name string) (m Mode, ok bool) {
+	switch strings.ToLower(name) {
+	case "lease":
+		return ModeLease, true
+	case "optimistic":
+		return ModeOptimistic, true
+	case "exact":
+		return ModeExact, true
+	}
+	return ModeDefault, false
 }

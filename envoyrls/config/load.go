@@ -260,6 +260,14 @@ func limitOf(rl *yamlRateLimit) (*Limit, error) {
 	if !rl.Unlimited && !valid {
 		return nil, fmt.Errorf("%w %q", ErrUnit, rl.Unit)
 	}
+	mode := ModeDefault
+	if rl.Mode != "" {
+		m, ok := parseMode(rl.Mode)
+		if !ok {
+			return nil, fmt.Errorf("%w %q (want lease, optimistic or exact)", ErrMode, rl.Mode)
+		}
+		mode = m
+	}
 	var replaces []string
 	if len(rl.Replaces) > 0 {
 		replaces = make([]string, len(rl.Replaces))
@@ -279,6 +287,7 @@ func limitOf(rl *yamlRateLimit) (*Limit, error) {
 		Unlimited:       rl.Unlimited,
 		Name:            rl.Name,
 		Replaces:        replaces,
+		Mode:            mode,
 	}, nil
 }
 
@@ -300,6 +309,9 @@ func (r *Rules) Domains() []string {
 // original's /rlconfig page prints them:
 //
 //	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
+//
+// A limit whose file names a mode (Mode) has ", mode: lease" (or the mode
+// it names) at the end of its line.
 func (r *Rules) Dump() string {
 	var b strings.Builder
 	for _, name := range sortedKeys(r.domains) {
@@ -311,8 +323,12 @@ func (r *Rules) Dump() string {
 // dump writes the limits of n and its descendants.
 func dump(b *strings.Builder, n *node) {
 	if l := n.limit; l != nil {
-		fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+		fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t",
 			n.fullKey, strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, n.shadowMode, n.quotaMode)
+		if l.Mode != ModeDefault {
+			fmt.Fprintf(b, ", mode: %v", l.Mode)
+		}
+		b.WriteByte('\n')
 	}
 	for _, k := range sortedKeys(n.children) {
 		dump(b, n.children[k])

@@ -193,7 +193,8 @@ func (r *Rules) Override(domain string, entries []Entry, requestsPerUnit uint32,
 //     wildcard with share_threshold shows the pattern ("files_files/*").
 //
 // It does not allocate when the key is the configured one, the common
-// case; otherwise it builds the key. The zero Match has the key "".
+// case; otherwise it builds the key, with one allocation if it is shorter
+// than 256 bytes. The zero Match has the key "".
 func (m *Match) StatsKey() string {
 	if m.static {
 		return m.leaf.fullKey
@@ -201,7 +202,8 @@ func (m *Match) StatsKey() string {
 	if m.dom == nil {
 		return ""
 	}
-	return string(m.AppendStatsKey(nil))
+	var buf [bufSize]byte
+	return string(m.AppendStatsKey(buf[:0]))
 }
 
 // AppendStatsKey appends the StatsKey to dst and returns the extended
@@ -228,15 +230,24 @@ func (m *Match) AppendStatsKey(dst []byte) []byte {
 		}
 		return dst
 	}
-	m.walk(func(e Entry, n *node, k kind) {
-		val, sep := segment(m.mode, e, n, k)
+	// walk's loop, written out: a closure appending to dst would move dst
+	// to the heap.
+	var arr [bufSize]byte
+	buf := arr[:0]
+	cur := &m.dom.root
+	for _, e := range m.entries {
+		var k kind
+		if cur, k, buf = cur.step(e, buf); cur == nil {
+			break // the entries changed since Lookup
+		}
+		val, sep := segment(m.mode, e, cur, k)
 		dst = append(dst, '.')
 		dst = append(dst, e.Key...)
 		if sep {
 			dst = append(dst, '_')
 			dst = append(dst, val...)
 		}
-	})
+	}
 	return dst
 }
 

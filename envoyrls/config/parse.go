@@ -37,6 +37,7 @@ type (
 		Unlimited       bool          `yaml:"unlimited"`
 		Name            string        `yaml:"name"`
 		Replaces        []yamlReplace `yaml:"replaces"`
+		Mode            string        `yaml:"mode"` // this package's own field
 	}
 	yamlReplace struct {
 		Name string `yaml:"name"`
@@ -65,6 +66,12 @@ var knownFields = map[string]bool{
 	"share_threshold":   true,
 	"metadata":          true,
 }
+
+// modeField is the field this package adds to the format: a rate_limit's
+// settlement mode (Mode). Unlike the original's fields it is known in one
+// place only, a rate_limit map; anywhere else it is ErrMode, so that a
+// misplaced mode is never silently ignored.
+const modeField = "mode"
 
 // parse decodes one file the way the original does: into a generic map
 // first, whose field names and values it checks, then into yamlRoot.
@@ -109,6 +116,11 @@ type place struct {
 	field        string // the field whose value is checked, for messages
 }
 
+// inRateLimit reports whether p is in the map of a rate_limit field.
+func (p place) inRateLimit() bool {
+	return p.field == "rate_limit" || strings.HasSuffix(p.field, ".rate_limit")
+}
+
 // fail returns an *Error at p.
 func (p place) fail(err error) error {
 	if p.field != "" {
@@ -135,6 +147,12 @@ func checkMap(m map[any]any, p place) error {
 		name, ok := k.(string)
 		if !ok {
 			return p.fail(fmt.Errorf("%w: %v", ErrFieldName, k))
+		}
+		if name == modeField {
+			if !p.inRateLimit() {
+				return p.fail(fmt.Errorf("%w: the field %q belongs in a rate_limit", ErrMode, name))
+			}
+			continue
 		}
 		if !knownFields[name] {
 			return p.fail(fmt.Errorf("%w %q", ErrUnknownField, name))
