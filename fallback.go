@@ -11,6 +11,19 @@ import (
 // local bucket goes on rather than start again.
 const outageGap = time.Second
 
+// outageFrom returns the clock reading from which a fallback decision of
+// key at now belongs to the outage it is made in (see
+// reconcile.Reconciler.OutageFrom): a local bucket started since goes on,
+// one started before starts anew from the key's view. Bounded by the start
+// of the outage alone, two outages a second apart (a master killed, and the
+// replica promoted in its place killed soon after) went on with the first
+// outage's buckets, which had refilled in between while the fleet spent
+// through Redis: the shares started full, and the fleet admitted 6% to 16%
+// beyond B + R*T.
+func (l *Limiter) outageFrom(key string, now time.Duration) time.Duration {
+	return l.r.OutageFrom(key, now, outageGap)
+}
+
 // takeShare takes cost micro-tokens from the local bucket of e's key under
 // the fallback policy (LocalShare or Static), if it holds them, and writes
 // the bucket's state in res. A request that waited for Redis may find that
@@ -41,7 +54,7 @@ func (l *Limiter) takeShare(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 		// The outage's first decision starts the share; one made shortly
 		// before the breaker opened (a refused call) belongs to the same
 		// outage.
-		after := l.r.DegradedSince(e.Key()) - outageGap
+		after := l.outageFrom(e.Key(), now)
 		var seed int64
 		if !e.Started(after) {
 			seed = l.seed(e, sp, share, now, l.r.Unsettled(e))

@@ -211,6 +211,60 @@ func TestOutageMidRun(t *testing.T) {
 	})
 }
 
+// TestOutageTwice: two outages a moment apart (a master killed, and the
+// replica promoted in its place killed soon after), 4 instances at 4x a key
+// of R=100/s B=100. The second outage's shares start again from what each
+// instance last saw, not from where the first outage's left off, however
+// lately those were used (the fallback decides a few rounds after the
+// breakers close): they refilled while the fleet spent through Redis
+// between the outages. Over the run the fleet admits at most B + R*T.
+func TestOutageTwice(t *testing.T) {
+	const (
+		n     = 4
+		rate  = 100
+		burst = 100
+		gap   = 10 * time.Millisecond // each instance asks for 100/s, 4x its share
+	)
+	lim := hybrid.Limit{Rate: rate, Burst: burst}
+	inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
+		settle(time.Second) // heartbeats: every instance counts the fleet
+		start := time.Now()
+		var admitted, fallback int64
+		count := func(ws []window) {
+			for _, w := range ws {
+				admitted += w.allowed
+				fallback += w.bySource[hybrid.SourceFallback]
+			}
+		}
+		count(each(t, f, "hot", lim, gap, 2*time.Second, nil))
+		for _, up := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
+			f.setDown(true)
+			count(each(t, f, "hot", lim, gap, time.Second, nil))
+			f.setDown(false)
+			for { // until every breaker closed
+				degraded := false
+				for _, l := range f.lims {
+					degraded = degraded || l.Stats().Degraded
+				}
+				if !degraded {
+					break
+				}
+				count(each(t, f, "hot", lim, gap, interval, nil))
+			}
+			count(each(t, f, "hot", lim, gap, up, nil))
+		}
+		elapsed := time.Since(start)
+		bound := burst + rate*elapsed.Seconds()
+		t.Logf("admitted %d over %v (%d by the fallback), B + R*T %.0f", admitted, elapsed, fallback, bound)
+		if float64(admitted) > bound {
+			t.Errorf("admitted %d over %v, above B + R*T %.0f", admitted, elapsed, bound)
+		}
+		if float64(admitted) < 0.9*bound || fallback < rate {
+			t.Errorf("admitted %d over %v (%d by the fallback), want about B + R*T %.0f, a second's rate or more by the fallback", admitted, elapsed, fallback, bound)
+		}
+	})
+}
+
 // TestOutagePolicies: each fallback policy over the same outage: one
 // instance asks for a key limited to R=10/s B=10 every 10ms for 1s with its
 // link cut. What the policy admitted is charged once Redis is back.

@@ -98,15 +98,18 @@ func (e *Entry[X]) TakeAt(now time.Duration, lim Limit, n int64) bool {
 	return ok
 }
 
-// TakeFrom is TakeAt for a bucket that, if it was never used nor set, or
-// was last used before after (in an earlier outage, say), starts at now
-// with seed micro-tokens (within [0, lim.Burst]) rather than full: the
-// owner's share of what it last saw the global bucket hold. A bucket used
-// since after goes on as it is.
+// TakeFrom is TakeAt for a bucket that, unless a TakeFrom started it at or
+// after after, starts at now with seed micro-tokens (within [0,
+// lim.Burst]) rather than full: the owner's share of what it last saw the
+// global bucket hold. A bucket started since after goes on as it is; one
+// started before (in an earlier outage, say) starts anew, however lately
+// it was used: an outage's bucket used in the last moments of that outage
+// would otherwise go on into the next one, with what it refilled in
+// between.
 func (e *Entry[X]) TakeFrom(now time.Duration, lim Limit, n int64, after time.Duration, seed int64) bool {
 	b := e.local()
 	b.mu.Lock()
-	if b.bucket.last == unset || b.bucket.last < after {
+	if b.credit.since == 0 || b.credit.since < after {
 		b.bucket = Bucket{tokens: min(max(seed, 0), lim.Burst), last: now}
 		b.credit = credit{since: max(now, 1), untaken: b.bucket}
 	}
@@ -146,17 +149,18 @@ func (e *Entry[X]) fullAt() (full, last time.Duration, ok bool) {
 	return full, last, full != 0
 }
 
-// Started reports whether e's local bucket was used or set at or after
-// after: a TakeFrom with that after would go on with it, not start it anew.
+// Started reports whether e's local bucket was started by TakeFrom at or
+// after after: a TakeFrom with that after would go on with it, not start it
+// anew.
 func (e *Entry[X]) Started(after time.Duration) bool {
 	b := e.own.Load()
 	if b == nil {
 		return false
 	}
 	b.mu.Lock()
-	last := b.bucket.last
+	since := b.credit.since
 	b.mu.Unlock()
-	return last != unset && last >= after
+	return since != 0 && since >= after
 }
 
 // TakeKept reports what e's local bucket gave since TakeFrom seeded it, or

@@ -83,3 +83,41 @@ func TestTakeKept(t *testing.T) {
 		t.Errorf("a bucket never seeded: TakeKept ok")
 	}
 }
+
+// TestTakeFromAnew: a bucket started by TakeFrom in an earlier outage
+// starts anew from its seed at the next one, however lately it was used:
+// one used until the last moments of the first outage (the fallback
+// decides a few rounds after the breakers close) goes on no more, with
+// what it refilled in between, into a second that begins a moment later.
+// A bucket started since after goes on.
+func TestTakeFromAnew(t *testing.T) {
+	const M = Micro
+	lim := Limit{Rate: 10 * M, Burst: 10 * M} // 10 a second
+	e := newEntry[struct{}]("k", 0)
+	s := time.Second
+	if !e.TakeFrom(1*s, lim, 2*M, 0, 2*M) { // the first outage: seeded with 2
+		t.Fatal("the first outage's take refused")
+	}
+	for at := 1100 * time.Millisecond; at <= 2*s; at += 100 * time.Millisecond {
+		e.TakeFrom(at, lim, M, 0, 0) // spent as it refills, until 2 s
+	}
+	// The second outage's decisions belong to it from 1.5 s on (after):
+	// the bucket was used since, but started before.
+	after := 1500 * time.Millisecond
+	if e.Started(after) {
+		t.Fatalf("Started(%v) of a bucket started at 1 s: true, want false", after)
+	}
+	// A second later it would hold 10: it holds the seed, 1, less the take.
+	if !e.TakeFrom(3*s, lim, M, after, M) {
+		t.Fatal("the second outage's first take refused, from a seed of 1")
+	}
+	if e.TakeFrom(3*s, lim, M, after, 10*M) {
+		t.Fatal("the second outage's second take, at once: admitted, want the bucket started anew from 1 and empty")
+	}
+	if !e.Started(after) || !e.Started(3*s) {
+		t.Errorf("Started(%v), Started(3s) of the bucket started at 3 s: %v, %v, want true, true", after, e.Started(after), e.Started(3*s))
+	}
+	if e.Started(3*s + 1) {
+		t.Errorf("Started(3s+1ns) of the bucket started at 3 s: true, want false")
+	}
+}

@@ -66,8 +66,6 @@ func (r *Reconciler) logTransition(n *node, from, to breaker.State) {
 	}
 	switch {
 	case from == breaker.Closed:
-		n.openedAt.Store(int64(now))
-		r.lastOpened.Store(int64(now))
 		if c := global.Cause(n.cause.Load()); c != global.NoCause {
 			r.log.Warn("hybrid: Redis refuses every call ("+refusalText[c]+"); the fallback policy decides until it accepts them",
 				append(args, "breaker", to.String(), "cause", c.String())...)

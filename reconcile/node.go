@@ -110,6 +110,14 @@ func (r *Reconciler) newNode(addr, probe string, fleet bool) (*node, error) {
 	}
 	user := bc.OnStateChange
 	bc.OnStateChange = func(from, to breaker.State) {
+		if from == breaker.Closed {
+			// Before the node reads as degraded: the fallback's first
+			// decision of the outage reads when it began (see
+			// OutageFrom), and would take an earlier outage's for it.
+			now := r.clock.Now()
+			n.openedAt.Store(int64(now))
+			r.lastOpened.Store(int64(now))
+		}
 		n.mu.Lock()
 		if !n.retired {
 			if to == breaker.Closed && from != breaker.Closed {
@@ -297,11 +305,23 @@ const outageMark = 5 * time.Second
 // one another, and each settles at its next round.
 const settleRounds = 2
 
-// DegradedSince returns the clock reading at which the breaker of the node
-// that holds key's bucket last left the closed state, as far as known
-// without waiting: the start of the outage the fallback policy decides in.
-func (r *Reconciler) DegradedSince(key string) time.Duration {
-	return time.Duration(r.nodeOf(done, key).openedAt.Load())
+// OutageFrom returns the clock reading from which a fallback decision of
+// key, made at now, belongs to the outage it is made in, its local bucket
+// going on rather than starting anew: gap before the breaker of key's node
+// opened, while it is open or the outage's rounds settle (see settleUp);
+// gap before now while it is closed (a call failed before it opened: the
+// outage to come is the decision's); and never before an earlier outage's
+// settle rounds ended, whose decisions were that outage's.
+func (r *Reconciler) OutageFrom(key string, now, gap time.Duration) time.Duration {
+	n := r.nodeOf(done, key)
+	opened, until := time.Duration(n.openedAt.Load()), time.Duration(n.settleUntil.Load())
+	if !n.degraded.Load() && !r.settling(int64(until)) {
+		return max(now-gap, until)
+	}
+	if until < opened { // open again since the last outage's rounds
+		return max(opened-gap, until)
+	}
+	return opened - gap
 }
 
 // Do calls f through the breaker of the node that holds key's bucket, as
