@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -175,94 +176,66 @@ func TestOutageLocalShare(t *testing.T) {
 // the key is saturated), not from a fresh B/N each, so over the whole run
 // the fleet admits B + R*T, not a burst more (it admitted 595 of 500 when
 // each share started full).
+//
+// Then two outages a moment apart (a master killed, and the replica
+// promoted in its place killed soon after): the second outage's shares
+// start again from what each instance last saw, not from where the first
+// outage's left off, however lately those were used (the fallback decides
+// a few rounds after the breakers close): they refilled while the fleet
+// spent through Redis between the outages.
 func TestOutageMidRun(t *testing.T) {
-	const (
-		n      = 4
-		rate   = 100
-		burst  = 100
-		gap    = 10 * time.Millisecond // each instance asks for 100/s, 4x its share
-		before = 2 * time.Second
-		outage = 2 * time.Second
-	)
-	lim := hybrid.Limit{Rate: rate, Burst: burst}
-	inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
-		settle(time.Second) // heartbeats: every instance counts the fleet
-		start := time.Now()
-		var admitted, fallback int64
-		count := func(ws []window) {
-			for _, w := range ws {
-				admitted += w.allowed
-				fallback += w.bySource[hybrid.SourceFallback]
-			}
-		}
-		count(each(t, f, "hot", lim, gap, before, nil))
-		f.setDown(true)
-		count(each(t, f, "hot", lim, gap, outage, nil))
-		elapsed := time.Since(start)
-		f.setDown(false)
-		bound := burst + rate*elapsed.Seconds()
-		t.Logf("admitted %d over %v (%d by the fallback), B + R*T %.0f", admitted, elapsed, fallback, bound)
-		if float64(admitted) > bound {
-			t.Errorf("admitted %d over %v, above B + R*T %.0f", admitted, elapsed, bound)
-		}
-		if float64(admitted) < 0.9*bound || fallback < rate {
-			t.Errorf("admitted %d over %v (%d by the fallback), want about B + R*T %.0f, a second's rate or more by the fallback", admitted, elapsed, fallback, bound)
-		}
-	})
-}
-
-// TestOutageTwice: two outages a moment apart (a master killed, and the
-// replica promoted in its place killed soon after), 4 instances at 4x a key
-// of R=100/s B=100. The second outage's shares start again from what each
-// instance last saw, not from where the first outage's left off, however
-// lately those were used (the fallback decides a few rounds after the
-// breakers close): they refilled while the fleet spent through Redis
-// between the outages. Over the run the fleet admits at most B + R*T.
-func TestOutageTwice(t *testing.T) {
 	const (
 		n     = 4
 		rate  = 100
 		burst = 100
 		gap   = 10 * time.Millisecond // each instance asks for 100/s, 4x its share
 	)
-	lim := hybrid.Limit{Rate: rate, Burst: burst}
-	inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
-		settle(time.Second) // heartbeats: every instance counts the fleet
-		start := time.Now()
-		var admitted, fallback int64
-		count := func(ws []window) {
-			for _, w := range ws {
-				admitted += w.allowed
-				fallback += w.bySource[hybrid.SourceFallback]
-			}
-		}
-		count(each(t, f, "hot", lim, gap, 2*time.Second, nil))
-		for _, up := range []time.Duration{500 * time.Millisecond, 2 * time.Second} {
-			f.setDown(true)
-			count(each(t, f, "hot", lim, gap, time.Second, nil))
-			f.setDown(false)
-			for { // until every breaker closed
-				degraded := false
-				for _, l := range f.lims {
-					degraded = degraded || l.Stats().Degraded
+	// An outage of down, then up once every breaker closed again.
+	type outage struct{ down, up time.Duration }
+	for _, c := range []struct {
+		name    string
+		outages []outage
+	}{
+		{"one", []outage{{2 * time.Second, 0}}},
+		{"two a moment apart", []outage{{time.Second, 500 * time.Millisecond}, {time.Second, 2 * time.Second}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lim := hybrid.Limit{Rate: rate, Burst: burst}
+			inFleet(t, n, hybrid.Config{}, func(t *testing.T, f *fleet) {
+				settle(time.Second) // heartbeats: every instance counts the fleet
+				start := time.Now()
+				var admitted, fallback int64
+				run := func(d time.Duration) {
+					for _, w := range each(t, f, "hot", lim, gap, d, nil) {
+						admitted += w.allowed
+						fallback += w.bySource[hybrid.SourceFallback]
+					}
 				}
-				if !degraded {
-					break
+				run(2 * time.Second)
+				for _, o := range c.outages {
+					f.setDown(true)
+					run(o.down)
+					f.setDown(false)
+					if o.up == 0 {
+						break
+					}
+					for slices.ContainsFunc(f.lims, func(l *hybrid.Limiter) bool { return l.Stats().Degraded }) {
+						run(interval)
+					}
+					run(o.up)
 				}
-				count(each(t, f, "hot", lim, gap, interval, nil))
-			}
-			count(each(t, f, "hot", lim, gap, up, nil))
-		}
-		elapsed := time.Since(start)
-		bound := burst + rate*elapsed.Seconds()
-		t.Logf("admitted %d over %v (%d by the fallback), B + R*T %.0f", admitted, elapsed, fallback, bound)
-		if float64(admitted) > bound {
-			t.Errorf("admitted %d over %v, above B + R*T %.0f", admitted, elapsed, bound)
-		}
-		if float64(admitted) < 0.9*bound || fallback < rate {
-			t.Errorf("admitted %d over %v (%d by the fallback), want about B + R*T %.0f, a second's rate or more by the fallback", admitted, elapsed, fallback, bound)
-		}
-	})
+				elapsed := time.Since(start)
+				bound := burst + rate*elapsed.Seconds()
+				t.Logf("admitted %d over %v (%d by the fallback), B + R*T %.0f", admitted, elapsed, fallback, bound)
+				if float64(admitted) > bound {
+					t.Errorf("admitted %d over %v, above B + R*T %.0f", admitted, elapsed, bound)
+				}
+				if float64(admitted) < 0.9*bound || fallback < rate {
+					t.Errorf("admitted %d over %v (%d by the fallback), want about B + R*T %.0f, a second's rate or more by the fallback", admitted, elapsed, fallback, bound)
+				}
+			})
+		})
+	}
 }
 
 // TestOutagePolicies: each fallback policy over the same outage: one
