@@ -33,9 +33,11 @@
 // burst N (hybrid.Limit), settled in the mode its rate_limit names (the
 // mode field, this project's own: see package config), else Config.Mode,
 // lease by default. A request may take several tokens of a bucket scaled
-// to match (at most 3942), so that the Limiter, which keeps rates in whole
-// micro-tokens a second, refills every limit exactly (1 per day would
-// refill 4% too fast otherwise, and 1 per year not at all). A request
+// to match (by its unit alone, at most 3942 tokens for a year), so that
+// the Limiter, which keeps rates in whole micro-tokens a second, refills
+// every limit exactly (1 per day would refill 4% too fast otherwise, and 1
+// per year not at all), and a reload that changes the limit finds its
+// bucket in the units it was kept in. A request
 // costs its hits_addend: the descriptor's own if it has one, else the
 // request's, 0 meaning 1, as in the original.
 //

@@ -33,19 +33,23 @@ const maxRequests = 1_000_000_000
 // half a micro-token a second: 1 per day (11.57 micro-tokens a second) 4%
 // too fast, 5 per day 5 s early of a day, and 1 per year (0.03) not at all.
 // So a request takes scale tokens of a bucket of n*scale, refilled at
-// n*scale per unit, where scale is the smallest that makes the rate a whole
-// number of micro-tokens a second: the limit is the same, in requests, and
-// kept exactly. scale is at most 3942 (for a year, of 31,536,000 s: 3942
-// is what 31,536,000 leaves of a divisor of 1,000,000), below the
-// Limiter's default lease (hybrid.Config.LocalCapacity, 4096), so that a
-// lease holds a request of any limit. A limit whose n*scale would be above
-// maxRequests refills fast enough to be kept within a hundred-millionth
-// with a smaller scale.
+// n*scale per unit, where scale is the smallest number that makes the rate
+// a whole number of micro-tokens a second whatever n is: the unit's
+// seconds over their greatest common divisor with 1,000,000 (1 for a
+// second, 3 for a minute, 9 for an hour, 27 for a day, 378 for a week, 324
+// for a month, 3942 for a year). The limit is the same, in requests, and
+// kept exactly. The scale follows the unit alone, not n, so that a reload
+// that changes a limit finds the bucket of the descriptor (keyed by its
+// unit, not its limit) in the units it was kept in: what it spent carries
+// over, as the original's counter does. 3942 is below the Limiter's
+// default lease (hybrid.Config.LocalCapacity, 4096), so that a lease holds
+// a request of any limit. A limit whose n*scale would be above maxRequests
+// takes a smaller scale, and refills fast enough to be kept within a
+// hundred-millionth.
 func bucketOf(n uint32, unit config.Unit, mode hybrid.Mode) bucket {
 	secs := int64(unit.Duration() / time.Second)
 	reqs := min(int64(n), maxRequests)
-	g := secs / gcd(secs, 1_000_000) // n*scale must be a multiple of g
-	scale := g / gcd(reqs, g)
+	scale := secs / gcd(secs, 1_000_000) // n*scale a multiple of it for every n
 	if reqs*scale > maxRequests {
 		scale = max(1, maxRequests/reqs)
 	}

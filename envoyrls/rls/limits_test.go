@@ -334,6 +334,29 @@ func TestRulesSwap(t *testing.T) {
 	}
 }
 
+// TestRulesSwapCarries: a reload that changes a descriptor's limit keeps
+// what its bucket holds, in requests: 10 a minute, 8 spent, then 6 a
+// minute leaves 2, and the next request 1. Before, the bucket's tokens per
+// request followed the limit (3 for 10 a minute, 1 for 6), and the 6
+// tokens left read as 6 requests: the bucket full again.
+func TestRulesSwapCarries(t *testing.T) {
+	const yaml = `
+domain: swap
+descriptors:
+  - {key: user, rate_limit: {unit: minute, requests_per_unit: 10}}
+`
+	rules := rls.NewRules(load(t, yaml))
+	c := serve(t, newServer(t, newLimiter(t), rules, rls.Config{Mode: exactly}))
+	for range 8 {
+		call(t, c, req("swap", desc("user", "a")))
+	}
+	rules.Store(load(t, strings.Replace(yaml, "requests_per_unit: 10", "requests_per_unit: 6", 1)))
+	got := statuses(call(t, c, req("swap", desc("user", "a"))))
+	if got[0].rpu != 6 || got[0].code != ok || got[0].remaining != 1 {
+		t.Errorf("after 8 of 10 a minute, then a reload to 6: %+v, want OK under the limit of 6 with 1 left", got)
+	}
+}
+
 // TestUnits checks a limit in every unit, from the slowest to the
 // largest: each request makes the bucket a whole unit/N from full, to the
 // second (the Limiter refills each exactly), and the largest
