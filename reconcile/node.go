@@ -306,17 +306,18 @@ const outageMark = 5 * time.Second
 const settleRounds = 2
 
 // OutageFrom returns the clock reading from which a fallback decision of
-// key, made at now, belongs to the outage it is made in, its local bucket
-// going on rather than starting anew: gap before the breaker of key's node
-// opened, while it is open or the outage's rounds settle (see settleUp);
-// gap before now while it is closed (a call failed before it opened: the
-// outage to come is the decision's); and never before an earlier outage's
-// settle rounds ended, whose decisions were that outage's.
-func (r *Reconciler) OutageFrom(key string, now, gap time.Duration) time.Duration {
+// key belongs to the outage it is made in, its local bucket going on
+// rather than starting anew: gap before the breaker of key's node opened,
+// while it is open or the outage's rounds settle (see settleUp), and never
+// before an earlier outage's settle rounds ended, whose decisions were that
+// outage's. While the breaker is closed (a call failed and it has not
+// opened, or a key's own calls fail), the end of the last outage's settle
+// rounds: the decisions since are one stretch.
+func (r *Reconciler) OutageFrom(key string, gap time.Duration) time.Duration {
 	n := r.nodeOf(done, key)
 	opened, until := time.Duration(n.openedAt.Load()), time.Duration(n.settleUntil.Load())
 	if !n.degraded.Load() && !r.settling(int64(until)) {
-		return max(now-gap, until)
+		return until
 	}
 	if until < opened { // open again since the last outage's rounds
 		return max(opened-gap, until)
