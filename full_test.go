@@ -1,7 +1,6 @@
 package hybrid_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -20,6 +19,7 @@ import (
 	"github.com/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybrid/breaker"
 	"github.com/hybridlimit/hybrid/global"
+	"github.com/hybridlimit/hybrid/internal/logbuf"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 	"github.com/hybridlimit/hybrid/lua"
 )
@@ -349,9 +349,9 @@ func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit,
 // fullFleet starts n instances on the server at addr, each with a client of
 // its own (newITClient) whose settlement calls are counted in calls, and a
 // logger writing to out.
-func fullFleet(t *testing.T, addr string, n int, prefix string) (itFleet, *settleCalls, *syncBuffer) {
+func fullFleet(t *testing.T, addr string, n int, prefix string) (itFleet, *settleCalls, *logbuf.Buffer) {
 	t.Helper()
-	calls, out := new(settleCalls), new(syncBuffer)
+	calls, out := new(settleCalls), new(logbuf.Buffer)
 	f := make(itFleet, n)
 	for i := range f {
 		rdb := newITClient(addr)
@@ -493,23 +493,4 @@ func (c *settleCalls) count(cmd redis.Cmder) {
 	if n, err := strconv.Atoi(fmt.Sprint(a[2])); err == nil {
 		c.keys.Add(int64(n))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: a log's output.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written so far.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

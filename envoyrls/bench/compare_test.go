@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/hybridlimit/hybrid/internal/logbuf"
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
 
@@ -313,7 +313,7 @@ type service struct {
 	name   string
 	cmd    *exec.Cmd
 	grpc   string
-	log    *syncBuffer
+	log    *logbuf.Buffer
 	exited chan struct{}
 	err    error // Wait's, once exited is closed
 }
@@ -330,7 +330,7 @@ func startService(t *testing.T, c cell) *service {
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
 		"PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"),
 	)
-	p := &service{name: c.service, cmd: cmd, grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), log: &syncBuffer{}, exited: make(chan struct{})}
+	p := &service{name: c.service, cmd: cmd, grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), log: &logbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", c.service, err)
@@ -401,26 +401,6 @@ func freePorts(t *testing.T, n int) []int {
 		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
 	return ports
-}
-
-// syncBuffer is a buffer safe for concurrent use, for a process's output.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // request is a ShouldRateLimit of one descriptor of one entry.
@@ -526,7 +506,7 @@ func startProxy(t *testing.T, target string, rtt time.Duration) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr logbuf.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

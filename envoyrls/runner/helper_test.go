@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/hybridlimit/hybrid/envoyrls/config"
 	"github.com/hybridlimit/hybrid/envoyrls/runner"
+	"github.com/hybridlimit/hybrid/internal/logbuf"
 )
 
 // TestMain silences go-redis's own log.
@@ -35,25 +35,6 @@ func TestMain(m *testing.M) {
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
-
-// syncBuffer is a bytes.Buffer safe for the service's log lines and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // loadEvent is one call of Config.OnLoad.
 type loadEvent struct {
@@ -70,7 +51,7 @@ type svc struct {
 	rls   rlspb.RateLimitServiceClient
 	conn  *grpc.ClientConn
 	http  *http.Client
-	logs  *syncBuffer
+	logs  *logbuf.Buffer
 	loads chan loadEvent // every load after the first
 	close func() error   // Close, once; the test's cleanup calls it too
 }
@@ -102,7 +83,7 @@ func start(t *testing.T, yaml string, mutate func(*runner.Config)) *svc {
 	if yaml != "" {
 		writeFile(t, dir, "config.yaml", yaml)
 	}
-	v := &svc{t: t, dir: dir, logs: new(syncBuffer), loads: make(chan loadEvent, 64)}
+	v := &svc{t: t, dir: dir, logs: new(logbuf.Buffer), loads: make(chan loadEvent, 64)}
 	first := true
 	cfg := runner.Config{
 		GRPCAddr:       "127.0.0.1:0",

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -14,26 +12,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/hybridlimit/hybrid/internal/logbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's log lines and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRun: the command on a free loopback port, with its embedded Redis:
 // a client's API key gets a bucket per method of -burst calls, the
@@ -42,7 +23,7 @@ func (s *syncBuffer) String() string {
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
