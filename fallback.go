@@ -12,7 +12,7 @@ import (
 const outageGap = time.Second
 
 // outageFrom returns the clock reading from which a fallback decision of
-// key belongs to the outage it is made in (see
+// key at now belongs to the outage it is made in (see
 // reconcile.Reconciler.OutageFrom): a local bucket started since goes on,
 // one started before starts anew from the key's view. Bounded by the start
 // of the outage alone, two outages a second apart (a master killed, and the
@@ -20,8 +20,8 @@ const outageGap = time.Second
 // outage's buckets, which had refilled in between while the fleet spent
 // through Redis: the shares started full, and the fleet admitted 6% to 16%
 // beyond B + R*T.
-func (l *Limiter) outageFrom(key string) time.Duration {
-	return l.r.OutageFrom(key, outageGap)
+func (l *Limiter) outageFrom(key string, now time.Duration) time.Duration {
+	return l.r.OutageFrom(key, now, outageGap)
 }
 
 // takeShare takes cost micro-tokens from the local bucket of e's key under
@@ -54,7 +54,7 @@ func (l *Limiter) takeShare(res *Result, e *reconcile.Entry, sp *reconcile.Spec,
 		// The outage's first decision starts the share; one made shortly
 		// before the breaker opened (a refused call) belongs to the same
 		// outage.
-		after := l.outageFrom(e.Key())
+		after := l.outageFrom(e.Key(), now)
 		var seed int64
 		if !e.Started(after) {
 			seed = l.seed(e, sp, share, now, l.r.Unsettled(e))

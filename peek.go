@@ -106,7 +106,7 @@ func (l *Limiter) peekFallback(e *reconcile.Entry, sp *reconcile.Spec, lim Limit
 	share.Burst = max(share.Burst, cost)
 	now := l.clock.Now()
 	b := local.Full(share, now)
-	switch after := l.outageFrom(key); {
+	switch after := l.outageFrom(key, now); {
 	case e != nil && e.Started(after):
 		b = e.Bucket(now, share)
 	case e != nil:

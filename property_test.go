@@ -223,7 +223,7 @@ func checkSchedule(t *testing.T, s schedule, events []event, overshoot int64) {
 				continue
 			}
 			if e.source == hybrid.SourceFallback {
-				if got, bound := fallback[e.inst].add(e, s.lim); got > bound {
+				if got, bound := fallback[e.inst].add(e, s.lim, cutOf(s, e)); got > bound {
 					t.Fatalf("%v\nkey %s: instance %d admitted %d micro-tokens by its fallback up to %v, more than LocalShare's local bucket allows, %d",
 						s, key, e.inst, got, e.at, bound)
 				}
@@ -255,18 +255,43 @@ func checkSchedule(t *testing.T, s schedule, events []event, overshoot int64) {
 // alone made the bound a few micro-tokens short over many small gaps.
 type fallbackBound struct {
 	admitted, bound int64 // micro-tokens
+	cut             int   // the cut of the last admission (cutOf)
 	last            event
 	burst           int64    // the largest burst the bucket had
 	rem             *big.Int // the refill's remainder, in micro-token nanoseconds: the bucket carries it
 }
 
-// add counts e and returns the admissions so far and their bound.
-func (b *fallbackBound) add(e event, lim hybrid.Limit) (admitted, bound int64) {
+// cutOf returns how many of s's link cuts began at or before e: an
+// admission by the fallback after the k-th cut began belongs to its outage
+// or a later one.
+func cutOf(s schedule, e event) int {
+	k := 0
+	for _, c := range s.cuts {
+		if c.at <= e.at {
+			k++
+		}
+	}
+	return k
+}
+
+// add counts e, made in cut (the number of the link cut it came in or
+// after, see cutOf), and returns the admissions so far and their bound. A
+// share may start anew from its seed (at most its burst) at the first
+// decision of a cut, as the local bucket of a new outage does.
+func (b *fallbackBound) add(e event, lim hybrid.Limit, cut int) (admitted, bound int64) {
 	n := max(e.n, 1)
 	burst := max(lim.Burst*micro/n, micro, e.cost)
+	fresh := cut != b.cut
+	b.cut = cut
 	if b.admitted == 0 {
 		b.burst = burst
 		b.bound = burst
+	} else if fresh {
+		b.burst = max(b.burst, burst)
+		b.bound = max(b.bound+b.burst, b.admitted+b.burst)
+		if b.rem != nil {
+			b.rem.SetInt64(0)
+		}
 	} else {
 		b.burst = max(b.burst, burst)
 		rate := max(int64(math.Round(lim.Rate*micro))/min(n, max(b.last.n, 1)), 1)

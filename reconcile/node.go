@@ -51,6 +51,10 @@ type node struct {
 	retired  bool         // another node answers for its keys now (retire), under mu
 	degraded atomic.Bool  // the breaker is not closed: decide locally
 	openedAt atomic.Int64 // clock reading when the breaker left the closed state
+	// stretchAt is openedAt of the outage that began the node's stretch of
+	// fallback decisions: an outage that opens while the last one's settle
+	// rounds still run goes on with its stretch (see OutageFrom).
+	stretchAt atomic.Int64
 	// settleUntil is the clock reading until which the node's keys are
 	// still decided locally after its breaker closed again (see settleUp).
 	settleUntil atomic.Int64
@@ -115,6 +119,9 @@ func (r *Reconciler) newNode(addr, probe string, fleet bool) (*node, error) {
 			// decision of the outage reads when it began (see
 			// OutageFrom), and would take an earlier outage's for it.
 			now := r.clock.Now()
+			if !r.settling(n.settleUntil.Load()) {
+				n.stretchAt.Store(int64(now))
+			}
 			n.openedAt.Store(int64(now))
 			r.lastOpened.Store(int64(now))
 		}
@@ -310,19 +317,22 @@ const settleRounds = 2
 // rather than starting anew: gap before the breaker of key's node opened,
 // while it is open or the outage's rounds settle (see settleUp), and never
 // before an earlier outage's settle rounds ended, whose decisions were that
-// outage's. While the breaker is closed (a call failed and it has not
-// opened, or a key's own calls fail), the end of the last outage's settle
-// rounds: the decisions since are one stretch.
-func (r *Reconciler) OutageFrom(key string, gap time.Duration) time.Duration {
+// outage's; an outage that opens while the last one's settle rounds run
+// goes on with the last one's stretch of decisions. While the breaker is
+// closed (a call failed and it has not opened yet), gap before now: the
+// outage to come is the decision's. A key whose own calls fail while the
+// breaker stays closed (a wrong type, say) so starts a share anew after a
+// gap of its requests, from its view or the ledger.
+func (r *Reconciler) OutageFrom(key string, now, gap time.Duration) time.Duration {
 	n := r.nodeOf(done, key)
-	opened, until := time.Duration(n.openedAt.Load()), time.Duration(n.settleUntil.Load())
+	began, until := time.Duration(n.stretchAt.Load()), time.Duration(n.settleUntil.Load())
 	if !n.degraded.Load() && !r.settling(int64(until)) {
-		return until
+		return max(now-gap, until)
 	}
-	if until < opened { // open again since the last outage's rounds
-		return max(opened-gap, until)
+	if until < began { // a stretch begun since the last one's rounds ended
+		return max(began-gap, until)
 	}
-	return opened - gap
+	return began - gap
 }
 
 // Do calls f through the breaker of the node that holds key's bucket, as
