@@ -36,11 +36,14 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 //     key it holds no record of and cannot confuse with one it dropped,
 //     less where it can (see recalled).
 //
-// An Optimistic key's share is less what this instance spent of it and has
-// not settled (unsettled micro-tokens): the first request of a key admitted
-// on trust, a budget spent since the view, which the view does not show;
-// not for a key the ledger remembers, whose record counts what its earlier
-// entries spent (and a key the ledger remembers is not trusted).
+// A share is less what this instance spent of it and has not settled
+// (unsettled micro-tokens), which the view does not show: under LocalShare
+// in every mode (an earlier outage's admissions Redis refused to charge;
+// an Optimistic key's first request admitted on trust, a budget spent
+// since the view), out of the refill since the view too; under Static an
+// Optimistic key's. Not for a key the ledger remembers, whose record counts
+// what its earlier entries spent (and a key the ledger remembers is not
+// trusted).
 func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration, unsettled int64) int64 {
 	var s int64
 	switch v := e.View(); {
@@ -55,10 +58,16 @@ func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit
 	case l.fb.kind == localShare:
 		// A bucket in debt (turns taken ahead, an earlier outage's
 		// charges) repays it first: its share of the refill pays its
-		// share of the debt.
+		// share of the debt. What this instance spent since the view
+		// and Redis has not charged is spent out of the share, refill
+		// included, in every mode: an earlier stretch of fallback
+		// decisions whose charges Redis refused (a full Redis answers
+		// the calls that write nothing, so its breaker may close and
+		// open again with the view unchanged) gave the same share out
+		// again, and the fleet admitted a token more than B + R*T.
 		held := min(v.Tokens/l.r.Instances(), share.Burst)
 		refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
-		s = held + min(refill, share.Burst-held)
+		return max(held+min(refill, share.Burst-held+unsettled)-unsettled, 0)
 	default:
 		s = share.Burst
 	}
