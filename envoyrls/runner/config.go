@@ -89,6 +89,11 @@ type Config struct {
 	// RedisTimeout. Envoy's timeout for the service must be above it.
 	ColdWait time.Duration
 
+	// Independent decides each descriptor of a request on its own, as the
+	// original does: a request one limit refuses still spends the others
+	// (rls.Config.Independent). The default decides them all or nothing.
+	Independent bool
+
 	// ShadowMode is the original's SHADOW_MODE: every response is OK.
 	ShadowMode bool
 	// QuotaMode is the original's QUOTA_MODE: every descriptor in quota

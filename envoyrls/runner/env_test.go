@@ -139,6 +139,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-redis", "/tmp/r.sock"}, func(c *runner.Config) { c.Redis.URL, c.Redis.Network = "/tmp/r.sock", "unix" }},
 		{[]string{"-mode", "OPTIMISTIC"}, func(c *runner.Config) { c.Mode = hybrid.Optimistic }},
 		{[]string{"-mode", "exact"}, func(c *runner.Config) { c.Mode = hybrid.Exact }},
+		{[]string{"-independent"}, func(c *runner.Config) { c.Independent = true }},
 		{[]string{"-fallback", "failopen"}, func(c *runner.Config) { c.Fallback = hybrid.FailOpen }},
 		{[]string{"-fallback", "FailClosed"}, func(c *runner.Config) { c.Fallback = hybrid.FailClosed }},
 		{[]string{"-fallback", "static:2.5,10"}, func(c *runner.Config) { c.Fallback = hybrid.Static(hybrid.Limit{Rate: 2.5, Burst: 10}) }},

@@ -22,6 +22,8 @@ import (
 //	-mode MODE           lease, optimistic or exact (Mode)
 //	-fallback POLICY     localshare, failopen, failclosed or static:RATE,BURST
 //	                     (RATE tokens a second, BURST tokens; Fallback)
+//	-independent         each descriptor decided on its own, as the
+//	                     original does (Independent)
 //	-max-keys N          MaxKeys
 //	-max-series N        MaxSeries
 //	-reload-interval D   ReloadInterval
@@ -37,6 +39,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Var(modeValue{&c.Mode}, "mode", "settlement `MODE` of the limits that name none: lease, optimistic or exact")
 	fs.Var(&fallbackValue{f: &c.Fallback, text: fallbackText(c.Fallback)}, "fallback",
 		"`POLICY` while Redis is unreachable: localshare, failopen, failclosed or static:RATE,BURST")
+	fs.BoolVar(&c.Independent, "independent", c.Independent, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does (default: all or nothing)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most buckets kept in memory (0: 100000)")
 	fs.IntVar(&c.MaxSeries, "max-series", c.MaxSeries, "most label sets of the per-descriptor metrics (0: 10000)")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", c.ReloadInterval, "how often the configuration directory is checked (0: 1s)")

@@ -107,6 +107,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	s.rules = new(rls.Rules)
 	s.srv, err = rls.New(s.lim, s.rules.Load, rls.Config{
 		Mode:           cfg.Mode,
+		Independent:    cfg.Independent,
 		ShadowMode:     cfg.ShadowMode,
 		QuotaMode:      cfg.QuotaMode,
 		NearLimitRatio: cfg.NearLimitRatio,

@@ -426,3 +426,42 @@ func TestUnixSocket(t *testing.T) {
 		t.Errorf("code %v over the Unix socket, want OK", got[0])
 	}
 }
+
+// TestIndependent: Config.Independent (the -independent flag) reaches the
+// service. A request of a descriptor limited to 3 a minute and one limited
+// to 1 is refused from its second call on; all or nothing (the default)
+// spends neither limit then, so the first still holds 2 tokens, while the
+// original's way spends it at every call, and it is empty after three.
+func TestIndependent(t *testing.T) {
+	const yaml = `
+domain: test
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 3, mode: exact}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1, mode: exact}
+`
+	for _, independent := range []bool{false, true} {
+		v := start(t, yaml, func(c *runner.Config) { c.Independent = independent })
+		both := request("test", "a", "x")
+		both.Descriptors = append(both.Descriptors, request("test", "b", "x").Descriptors...)
+		for i, want := range []rlspb.RateLimitResponse_Code{ok, over, over} {
+			resp, err := v.rls.ShouldRateLimit(t.Context(), both)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.GetOverallCode(); got != want {
+				t.Fatalf("Independent %v: call %d of both: %v, want %v", independent, i+1, got, want)
+			}
+		}
+		resp := v.call("test", "a", "x")
+		wantCode, wantLeft := ok, uint32(1)
+		if independent {
+			wantCode, wantLeft = over, 0
+		}
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != wantCode || st.GetLimitRemaining() != wantLeft {
+			t.Errorf("Independent %v: a alone after three calls of both: %v with %d remaining, want %v with %d", independent, resp.GetOverallCode(), st.GetLimitRemaining(), wantCode, wantLeft)
+		}
+	}
+}

@@ -10,7 +10,7 @@
 //
 // Flags override the environment: -config DIR, -redis URL, -grpc ADDR,
 // -http ADDR, -debug ADDR, -mode lease|optimistic|exact, -fallback
-// localshare|failopen|failclosed|static:RATE,BURST, -max-keys N,
+// localshare|failopen|failclosed|static:RATE,BURST, -independent, -max-keys N,
 // -max-series N, -reload-interval D, -redis-timeout D, -cold-wait D,
 // -drain-timeout D. docs/envoy.md has the settings, the metrics and an
 // Envoy configuration.
