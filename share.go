@@ -37,13 +37,15 @@ func (l *Limiter) shareOf(sp *reconcile.Spec) local.Limit {
 //     less where it can (see recalled).
 //
 // A share is less what this instance spent of it and has not settled
-// (unsettled micro-tokens), which the view does not show: under LocalShare
-// in every mode (an earlier outage's admissions Redis refused to charge;
-// an Optimistic key's first request admitted on trust, a budget spent
-// since the view), out of the refill since the view too; under Static an
-// Optimistic key's. Not for a key the ledger remembers, whose record counts
-// what its earlier entries spent (and a key the ledger remembers is not
-// trusted).
+// (unsettled micro-tokens), which the view does not show: an Optimistic
+// key's (its first request admitted on trust, a budget spent since the
+// view), out of what the share holds; under LocalShare a Lease or Exact
+// key's too (an earlier stretch's admissions that Redis refused to
+// charge), out of the share and its refill since the view, as a bucket
+// that went on would hold it: at least the Optimistic share, and it
+// refills while Redis stays full. Not for a key the ledger remembers,
+// whose record counts what its earlier entries spent (and a key the
+// ledger remembers is not trusted).
 func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit, now time.Duration, unsettled int64) int64 {
 	var s int64
 	switch v := e.View(); {
@@ -58,16 +60,21 @@ func (l *Limiter) seed(e *reconcile.Entry, sp *reconcile.Spec, share local.Limit
 	case l.fb.kind == localShare:
 		// A bucket in debt (turns taken ahead, an earlier outage's
 		// charges) repays it first: its share of the refill pays its
-		// share of the debt. What this instance spent since the view
-		// and Redis has not charged is spent out of the share, refill
-		// included, in every mode: an earlier stretch of fallback
-		// decisions whose charges Redis refused (a full Redis answers
-		// the calls that write nothing, so its breaker may close and
-		// open again with the view unchanged) gave the same share out
-		// again, and the fleet admitted a token more than B + R*T.
+		// share of the debt.
 		held := min(v.Tokens/l.r.Instances(), share.Burst)
 		refill, _ := limit.Refill(max(now-v.Seen, 0), share.Rate, 0) // at most MaxInt64
-		return max(held+min(refill, share.Burst-held+unsettled)-unsettled, 0)
+		if sp.Mode != Optimistic {
+			// A Lease or Exact key's unsettled spending is what an
+			// earlier stretch of fallback decisions admitted and Redis
+			// has not charged (a full Redis answers the calls that
+			// write nothing, so its breaker may close and open again
+			// with the view unchanged): spent out of the share and its
+			// refill since the view, as a bucket that went on would
+			// have. Started from the view alone, the share gave it out
+			// again (TestRedisFullShare).
+			return max(held+min(refill, share.Burst-held+unsettled)-unsettled, 0)
+		}
+		s = held + min(refill, share.Burst-held)
 	default:
 		s = share.Burst
 	}
