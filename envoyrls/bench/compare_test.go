@@ -137,19 +137,7 @@ func settingsFromEnv() (settings, error) {
 // TestCompare runs both services on every workload and round trip, and
 // prints the table. It skips unless HYBRID_RLS_BENCH=1.
 func TestCompare(t *testing.T) {
-	if os.Getenv(envRun) != "1" {
-		t.Skipf("set %s=1 (and %s) to compare hybrid-rls with envoyproxy/ratelimit", envRun, envOriginalSrc)
-	}
-	s, err := settingsFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins := t.TempDir()
-	bin := map[string]string{
-		serviceOriginal: buildOriginal(t, s, bins),
-		serviceHybrid:   buildHybrid(t, bins),
-	}
-	env := configEnv(t)
+	s, bin, env := prepare(t, "to compare hybrid-rls with envoyproxy/ratelimit")
 
 	srv, err := redistest.Start(redistest.Options{})
 	if err != nil {
@@ -190,6 +178,48 @@ func TestCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + b.String())
+}
+
+// prepare skips t, saying it would run what, unless HYBRID_RLS_BENCH=1;
+// else it reads the settings, builds both services and writes the
+// configuration, and returns the settings, each service's binary by name
+// and the environment that names the configuration.
+func prepare(t *testing.T, what string) (settings, map[string]string, []string) {
+	t.Helper()
+	if os.Getenv(envRun) != "1" {
+		t.Skipf("set %s=1 (and %s) %s", envRun, envOriginalSrc, what)
+	}
+	s, err := settingsFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins := t.TempDir()
+	bin := map[string]string{
+		serviceOriginal: buildOriginal(t, s, bins),
+		serviceHybrid:   buildHybrid(t, bins),
+	}
+	return s, bin, configEnv(t)
+}
+
+// connect opens the load's 4 connections to p and waits until p answers;
+// closeAll closes them.
+func connect(t *testing.T, p *service) (conns []*grpc.ClientConn, closeAll func()) {
+	t.Helper()
+	closeAll = func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}
+	for range 4 {
+		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll()
+			t.Fatal(err)
+		}
+		conns = append(conns, cc)
+	}
+	p.waitServing(t, rlspb.NewRateLimitServiceClient(conns[0]))
+	return conns, closeAll
 }
 
 // buildOriginal returns the original's binary: HYBRID_RLS_ORIGINAL_BIN, or
@@ -263,17 +293,8 @@ func runCell(t *testing.T, s settings, rdb *redis.Client, c cell) Result {
 	}
 	p := startService(t, c)
 	defer p.stop(t)
-
-	conns := make([]*grpc.ClientConn, 4)
-	for i := range conns {
-		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		conns[i] = cc
-	}
-	p.waitServing(t, rlspb.NewRateLimitServiceClient(conns[0]))
+	conns, closeAll := connect(t, p)
+	defer closeAll()
 
 	before, cpuBefore := redisStats(t, rdb)
 	r := drive(conns, s, c)

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hybridlimit/hybrid/internal/redistest"
 )
@@ -46,19 +43,7 @@ var outagePhases = []string{"C outage: before", "C outage: Redis down", "C outag
 //
 //	HYBRID_RLS_BENCH=1 HYBRID_RLS_ORIGINAL_SRC=/tmp/ratelimit go test -run TestCompareOutage -v -timeout 30m
 func TestCompareOutage(t *testing.T) {
-	if os.Getenv(envRun) != "1" {
-		t.Skipf("set %s=1 (and %s) to compare hybrid-rls with envoyproxy/ratelimit through a Redis outage", envRun, envOriginalSrc)
-	}
-	s, err := settingsFromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins := t.TempDir()
-	bin := map[string]string{
-		serviceOriginal: buildOriginal(t, s, bins),
-		serviceHybrid:   buildHybrid(t, bins),
-	}
-	env := configEnv(t)
+	s, bin, env := prepare(t, "to compare hybrid-rls with envoyproxy/ratelimit through a Redis outage")
 	var results []Result
 	for rep := range s.repeats {
 		order := []string{serviceOriginal, serviceHybrid}
@@ -111,16 +96,8 @@ func outageCell(t *testing.T, s settings, c cell) []Result {
 	c.redis = srv.Addr()
 	p := startService(t, c)
 	defer p.stop(t)
-	conns := make([]*grpc.ClientConn, 4)
-	for i := range conns {
-		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		conns[i] = cc
-	}
-	p.waitServing(t, rlspb.NewRateLimitServiceClient(conns[0]))
+	conns, closeAll := connect(t, p)
+	defer closeAll()
 
 	start := time.Now()
 	end := start.Add(outageBefore + outageFor + outageAfter)
