@@ -15,6 +15,12 @@
 //	cd envoyrls/bench
 //	HYBRID_RLS_BENCH=1 HYBRID_RLS_ORIGINAL_SRC=/tmp/ratelimit go test -run TestCompare -v -timeout 30m
 //
+// TestCompareOutage, behind the same flag, drives the hot descriptor on
+// each service while its redis-server is killed for 5 s and restarted
+// empty, and prints what the callers got in each phase:
+//
+//	HYBRID_RLS_BENCH=1 HYBRID_RLS_ORIGINAL_SRC=/tmp/ratelimit go test -run TestCompareOutage -v -timeout 30m
+//
 // Its settings are environment variables, read by settingsFromEnv:
 //
 //	HYBRID_RLS_BENCH=1            run the comparison (it skips otherwise)
