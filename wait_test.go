@@ -172,10 +172,16 @@ func TestWaitAhead(t *testing.T) {
 						return st.LocalAllowed + st.LocalDenied + st.RedisAllowed + st.RedisDenied
 					}
 					before := decisions()
-					ours, theirs := waiter(t, l, "w", lim, 2*time.Second)
+					const d = 2 * time.Second
+					ours, theirs := waiter(t, l, "w", lim, d)
 					settle(2 * interval)
-					if ours < theirs-1 || ours > theirs {
-						t.Errorf("a lone waiter got %d tokens in 2 s, x/time/rate %d", ours, theirs)
+					// x/time/rate refuses a token due at the deadline
+					// itself; ours, due on Redis's microseconds, may
+					// come a microsecond before it: one more, within
+					// B + R*T (once in CI, exact at 200/1: 401 against
+					// 400, B + R*T 401).
+					if most := int64(float64(lim.Burst) + lim.Rate*d.Seconds()); ours < theirs-1 || ours > max(theirs, most) {
+						t.Errorf("a lone waiter got %d tokens in 2 s, x/time/rate %d (B + R*T %d)", ours, theirs, most)
 					}
 					// One decision a token: none denied and asked again.
 					if made := decisions() - before; made > uint64(ours)+2 {
