@@ -14,12 +14,13 @@ import (
 // key's view stays where it was before Redis filled up. A share started
 // anew from that view (a second after the key's last fallback decision)
 // must not give out what the earlier share gave and Redis has not
-// charged. One instance, an Exact key "a" with 4 of its burst 10 taken, a
-// key "z" drained (its decisions are denials, which write nothing), Redis
-// filled, and then both asked in turn for 3.5 s: "a" admits at most
-// B + R*T. Before the share counted the unsettled admissions of every mode
-// (only Optimistic's), "a" admitted its view's share again at each gap of a
-// second: 16 and more of a bound of 10.1.
+// charged. One instance, an Exact key "a" with 4 of its burst 10 taken
+// (and a key "z" drained), Redis filled, and then "a" asked for 3.5 s, each
+// request followed by 10 peeks of "z", reads that a full Redis answers, so
+// that the breaker stays closed: "a" admits at most B + R*T. Before a Lease
+// or Exact key's share counted its unsettled admissions, "a" admitted its
+// view's share again each second: 28 of a bound of 10.06, in 3 runs of 4
+// (the fourth's breaker opened, and an open breaker keeps its stretch).
 func TestRedisFullShare(t *testing.T) {
 	srv, admin := faultServer(t)
 	f, _, _ := fullFleet(t, srv.Addr(), 1, "share")
