@@ -266,7 +266,14 @@ func TestSoak(t *testing.T) {
 				}
 				down := time.Duration(300+r.IntN(1200)) * time.Millisecond
 				faults++
-				if r.IntN(2) == 0 {
+				// The warm-up's first fault is a kill, which every instance
+				// sees: what the fallback makes once and keeps (its ledger of
+				// evicted keys' buckets, a table of about 1 MiB) is made
+				// before the heap is read, not during the soak (a soak whose
+				// first fleet-wide fault came after the warm-up's heap read
+				// grew by that table: 16.5 MiB in use against a bound of
+				// 16.5, CI).
+				if r.IntN(2) == 0 || phase == "warm-up" && faults == 1 {
 					if err := proc.Kill(); err != nil {
 						t.Errorf("Kill: %v", err)
 					}
