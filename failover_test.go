@@ -471,8 +471,16 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	// while frozen, refilled no further than B, and the outage's claims,
 	// from the instances' views of the old master, account for them
 	// already (docs/failure.md; measured on a Cluster: -16.8% to -23.9%).
+	// 70% after a handover too: both masters take writes for a while
+	// (go-redis moves its connections when Sentinel announces the new
+	// one, and a dial may reach it before), an instance's beats may reach
+	// one while its settlements reach the other, and the heartbeat that
+	// finds its beats lost charges again what the instance took since its
+	// last beat the answering master holds: up to two seconds of writes,
+	// some of them kept (under -race on two loaded cores: -4.6% to -24.9%
+	// in 30 runs, 3 below 80%; CI failed on one, -20.2%).
 	floor := 0.8
-	if fault == foLagging || fault == foTwice {
+	if fault == foLagging || fault == foTwice || fault == foHandover {
 		floor = 0.7
 	}
 	if float64(admitted) < floor*bound {
