@@ -83,7 +83,8 @@ func TestColdKeyOptimistic(t *testing.T) {
 			c.check(t)
 			if got := c.allowed.Load(); got != burst {
 				if bad++; bad <= 3 {
-					t.Errorf("%s: %d concurrent requests on a cold key with burst %d: %d allowed, want %d", key, callers, burst, got, burst)
+					t.Errorf("%s: %d concurrent requests on a cold key with burst %d: %d allowed (%d here, %d on Redis's answer), want %d; Redis holds %d micro-tokens; %+v",
+						key, callers, burst, got, c.bySource[hybrid.SourceLocal].Load(), c.bySource[hybrid.SourceRedis].Load(), burst, tokensIn(t, f.m, key), l.Stats())
 				}
 			}
 		}
