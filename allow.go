@@ -67,19 +67,12 @@ func (l *Limiter) fast(res *Result, key string, lim Limit, n int64, e *reconcile
 		}
 		return l.leased(res, lim, left+e.Allowance.Besides(w), e, sp)
 	}
-	left, ok := e.Allowance.SpendLeft(n * local.Micro)
+	left, ok := l.spendBudget(e, sp, n*local.Micro, true)
 	if !ok {
 		return nil, false
 	}
-	kept := e.Pending.Add(n * local.Micro)
 	l.allowedIn(res, e, sp, lim, left, SourceLocal) // with n unsettled
-	if kept {
-		return e, true
-	}
-	// The entry left the store between the two: its budget was spent, the
-	// consumption must still be charged.
-	l.orphan(e, sp, n*local.Micro)
-	return nil, true
+	return e, true
 }
 
 // fastShared is fast's lease spend when the uncontended one failed: the

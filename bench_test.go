@@ -39,7 +39,8 @@ import (
 var benchHuge = hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
 
 // BenchmarkAllow: one hot key, always allowed, through the full Limiter in
-// lease mode and through x/time/rate's Allow with the same limit.
+// lease mode (and in optimistic mode, impl=optimistic) and through
+// x/time/rate's Allow with the same limit.
 //
 // lc=huge gives the key a lease that never runs dry (LocalCapacity 2^30):
 // every decision is the in-memory hot path, the figure to hold against
@@ -51,10 +52,10 @@ var benchHuge = hybrid.Limit{Rate: 1e9, Burst: 1e9, Mode: hybrid.Lease}
 // round trips.
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	hot := func(b *testing.B, l *hybrid.Limiter, par bool) {
-		benchWarm(b, l, []string{"hot"}, benchHuge)
+	hot := func(b *testing.B, l *hybrid.Limiter, par bool, lim hybrid.Limit) {
+		benchWarm(b, l, []string{"hot"}, lim)
 		benchLoop(b, par, func() bool {
-			res, err := l.Allow(ctx, "hot", benchHuge)
+			res, err := l.Allow(ctx, "hot", lim)
 			return err == nil && res.Allowed && res.Source != hybrid.SourceFallback
 		})
 	}
@@ -62,7 +63,13 @@ func BenchmarkAllow(b *testing.B) {
 		name := "hot/par=" + strconv.FormatBool(par)
 		b.Run(name+"/lc=huge/impl=hybrid", func(b *testing.B) {
 			m := miniredis.RunT(b)
-			hot(b, benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30}), par)
+			hot(b, benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30}), par, benchHuge)
+		})
+		b.Run(name+"/lc=huge/impl=optimistic", func(b *testing.B) {
+			m := miniredis.RunT(b)
+			lim := benchHuge
+			lim.Mode = hybrid.Optimistic
+			hot(b, benchLimiter(b, redis.NewClient(&redis.Options{Addr: m.Addr()}), hybrid.Config{LocalCapacity: 1 << 30}), par, lim)
 		})
 		b.Run(name+"/lc=huge/impl=handle", func(b *testing.B) {
 			m := miniredis.RunT(b)
@@ -78,7 +85,7 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		})
 		b.Run(name+"/lc=default/impl=hybrid", func(b *testing.B) {
-			hot(b, benchLimiter(b, redistest.Client(b, redistest.Server(b)), hybrid.Config{}), par)
+			hot(b, benchLimiter(b, redistest.Client(b, redistest.Server(b)), hybrid.Config{}), par, benchHuge)
 		})
 		b.Run(name+"/impl=xrate", func(b *testing.B) {
 			x := rate.NewLimiter(rate.Limit(benchHuge.Rate), int(benchHuge.Burst))

@@ -29,8 +29,7 @@ import (
 // admit only a burst per round), paced like a lease fetch (see due); until
 // then it is denied here, told to retry when that budget is due.
 func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconcile.Spec, lim Limit, cost int64) (Result, bool, error) {
-	if left, ok := e.Allowance.SpendLeft(cost); ok {
-		l.spent(e, sp, cost)
+	if left, ok := l.spendBudget(e, sp, cost, true); ok {
 		return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 	}
 	if l.r.DegradedKey(e.Key()) {
@@ -87,8 +86,7 @@ func (l *Limiter) optimistic(ctx context.Context, e *reconcile.Entry, sp *reconc
 		if ctx.Err() != nil {
 			return Result{}, false, ctx.Err()
 		}
-		if left, ok := e.Allowance.SpendLeft(cost); ok {
-			l.spent(e, sp, cost)
+		if left, ok := l.spendBudget(e, sp, cost, true); ok {
 			return l.allowed(e, sp, lim, left, SourceLocal), true, nil
 		}
 		v = e.View()
@@ -122,8 +120,7 @@ func (l *Limiter) settleFor(ctx context.Context, e *reconcile.Entry, sp *reconci
 	if err := l.r.FetchBy(ctx, e, cost, by); err != nil {
 		return l.fetchFailed(ctx, err, e, sp, lim, cost)
 	}
-	if left, ok := e.Allowance.SpendUncounted(cost); ok { // a decision made on Redis's answer
-		l.spent(e, sp, cost)
+	if left, ok := l.spendBudget(e, sp, cost, false); ok { // a decision made on Redis's answer
 		return l.allowed(e, sp, lim, left, SourceRedis), true, nil
 	}
 	if e.Retired() {

@@ -135,10 +135,18 @@ func (r *Reconciler) apply(s *global.Settlement, o owner, rep *global.Reply, now
 		if seen != 0 {
 			elapsed = now - seen
 		}
-		spent := r.Unsettled(e)
-		tokens := rep.Tokens - spent
+		// What was spent is read after the budget it replaces (old), in
+		// each try of the update: a request records its consumption
+		// before it takes its cost from the budget (see
+		// Limiter.spendBudget), so a cost missing from old is in Pending,
+		// and one taken after old was read fails the update, which reads
+		// both again. A spend may then be counted twice (recorded before
+		// Pending is read, taken from the new budget), towards denying;
+		// never in neither, which renewed the budget with tokens spent.
+		prepaid := r.sides.prepaid(e)
 		e.Allowance.Update(func(old int64) int64 {
-			b := r.Budget(sp, tokens, old, elapsed)
+			spent := max(e.Pending.Load()-prepaid, 0)
+			b := r.Budget(sp, rep.Tokens-spent, old, elapsed)
 			if seen == 0 {
 				b = max(min(b, r.Cap(sp)-spent), 0)
 			}
