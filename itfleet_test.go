@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,12 +180,17 @@ type itLoad struct {
 	all      []itDecision
 	errors   int
 	firstErr error
+	// admitted is when the latest decision admitted from the allowance or
+	// Redis (not the fallback) started, in Unix nanoseconds, as the load
+	// runs: what a step may wait for.
+	admitted atomic.Int64
 }
 
 // runITLoad makes workers goroutines per instance ask for key under lim every
 // period, and meanwhile runs steps one after another on the calling
-// goroutine, then waits d, then stops the load. It returns every decision.
-func runITLoad(f itFleet, workers int, key string, lim hybrid.Limit, period, d time.Duration, steps ...func()) *itLoad {
+// goroutine, each given the load as it runs, then waits d, then stops the
+// load. It returns every decision.
+func runITLoad(f itFleet, workers int, key string, lim hybrid.Limit, period, d time.Duration, steps ...func(*itLoad)) *itLoad {
 	start := time.Now()
 	stop := make(chan struct{})
 	var mu sync.Mutex
@@ -222,12 +228,19 @@ func runITLoad(f itFleet, workers int, key string, lim hybrid.Limit, period, d t
 						continue
 					}
 					mine = append(mine, itDecision{inst: i, start: t0, lat: lat, allowed: res.Allowed, src: res.Source})
+					if res.Allowed && res.Source != hybrid.SourceFallback {
+						for at := t0.UnixNano(); ; {
+							if last := out.admitted.Load(); last >= at || out.admitted.CompareAndSwap(last, at) {
+								break
+							}
+						}
+					}
 				}
 			})
 		}
 	}
 	for _, step := range steps {
-		step()
+		step(out)
 	}
 	if rest := d - time.Since(start); rest > 0 {
 		<-time.After(rest)
