@@ -337,6 +337,14 @@ func wantCharged(t *testing.T, f itFleet, admin *redis.Client, lim hybrid.Limit,
 	}
 	if over > 0 {
 		t.Errorf("%d of %d keys admitted more than B + R*T and what their buckets owe", over, len(keys))
+		// What may have left a charge out: forgiven by the debt's cap,
+		// credited by a claim, in doubt, lost with a write.
+		for i, in := range f {
+			st := in.lim.Stats()
+			rs := st.Reconcile
+			t.Logf("instance %d: fallback admitted %d; Forgiven %d, Losses %d, Recharged %d, Uncertain %d, DoubtsExpired %d, KeyErrors %d, Resent %d, Duplicates %d, Unapplied %d, Orphans %d, Transitions %d",
+				i, st.FallbackAllowed, rs.Forgiven, rs.Losses, rs.Recharged, rs.Uncertain, rs.DoubtsExpired, rs.KeyErrors, rs.Resent, rs.Duplicates, rs.Unapplied, rs.Orphans, rs.Transitions)
+		}
 	}
 	// Optimistic too: once seen under -race, 154 of 2000 buckets about 4
 	// tokens short, before a fetch in doubt read as superseded was charged
