@@ -59,46 +59,6 @@ func (l *Limiter) left(e *reconcile.Entry, pending int64) {
 	l.ledger.Put(e.Key(), full, now)
 }
 
-// spendBudget takes cost micro-tokens from the Optimistic budget of e and
-// returns what the budget holds after it; counted says whether the spend is
-// counted as a decision answered from the budget (local.Allowance.SpendLeft)
-// or is one made on Redis's answer (SpendUncounted). ok is false if the
-// budget does not hold cost, or e left the store: nothing is spent then.
-//
-// The cost is recorded as e's consumption (Pending) before the budget pays
-// for it, not after: a settlement's reply renews the budget from what Redis
-// holds less what was spent here that Redis does not know of, read after the
-// budget it replaces, and a spend between the two steps the other way round
-// was in neither, so that the budget was renewed with a token spent already
-// (a cold key's concurrent first requests admitted one more than its burst,
-// about one run in ten of TestColdKeyOptimistic under -race). This way a
-// spend under way is counted once or twice, never in neither: at worst a
-// budget is renewed short by it, towards denying. A spend the budget turns
-// down takes its record back, what is left of it: if a round charged it
-// meanwhile, or e left the store and handed it off, Redis is charged for a
-// request that was denied, towards denying too.
-func (l *Limiter) spendBudget(e *reconcile.Entry, sp *reconcile.Spec, cost int64, counted bool) (left int64, ok bool) {
-	if e.Allowance.Load() < cost {
-		return 0, false // no write to a budget that cannot pay: most denials of a hot key
-	}
-	kept := e.Pending.Add(cost)
-	if counted {
-		left, ok = e.Allowance.SpendLeft(cost)
-	} else {
-		left, ok = e.Allowance.SpendUncounted(cost)
-	}
-	switch {
-	case !ok && kept:
-		e.Pending.TakeUpTo(cost)
-	case ok && !kept:
-		// Not while an entry retires its budget before its Pending
-		// (local.Entry); were it otherwise, the consumption must still
-		// be charged.
-		l.orphan(e, sp, cost)
-	}
-	return left, ok
-}
-
 // spent records cost micro-tokens admitted on e as its consumption, charged
 // at the next round (e's Pending); if e left the store meanwhile, as an
 // orphan.
