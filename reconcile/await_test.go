@@ -263,3 +263,60 @@ func TestFetchAwaitsSlowRound(t *testing.T) {
 		}
 	})
 }
+
+// TestHurry: a round of more keys than one call carries sends them in calls
+// one after another, to each node; a request that waits for its key's
+// settlement gets it in the round's next call, not in its turn. Thirty
+// requests wait while the first of three calls is on its way: all are
+// answered by the end of the second (with the keys in their turns, the ten
+// or so in the third call would wait for it too). On a Cluster, each
+// node's calls are ordered so.
+func TestHurry(t *testing.T) {
+	for _, nodes := range []int{1, 2} {
+		t.Run(strconv.Itoa(nodes)+" nodes", func(t *testing.T) { testHurry(t, nodes) })
+	}
+}
+
+func testHurry(t *testing.T, nodes int) {
+	synctest.Test(t, func(t *testing.T) {
+		const call = 10 * time.Millisecond
+		st := newStore()
+		st.set(func(s *store) { s.delay = call })
+		var rs reconcile.Store = st
+		if nodes > 1 {
+			rs = routedStore{&nodeStore{store: st, down: map[string]bool{}}}
+		}
+		r := newReconciler(t, rs, reconcile.Config{SyncInterval: 100 * time.Millisecond, ColdWait: time.Second})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Lease)
+		n := 3 * reconcile.MaxBatch * nodes
+		entries := make([]*reconcile.Entry, n)
+		for i := range entries {
+			entries[i] = entry(r, string(rune('a'+i%nodes))+strconv.Itoa(i), sp)
+			r.Starved(entries[i], false) // the round asks for a lease
+		}
+		time.Sleep(100*time.Millisecond + call/2) // the round's first call is on its way
+		start := time.Now()
+		var wg sync.WaitGroup
+		waited := make([]time.Duration, 30)
+		for i := range waited {
+			e := entries[i*n/len(waited)]
+			wg.Go(func() {
+				if !r.AwaitRound(context.Background(), e) {
+					waited[i] = -1
+					return
+				}
+				waited[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		for i, w := range waited {
+			if w < 0 || w > 3*call/2 {
+				t.Errorf("request %d waited %v for its key's settlement, want at most %v (the call on its way and the next)", i, w, 3*call/2)
+			}
+		}
+		if got := r.Stats().Hurried; got == 0 {
+			t.Error("Stats.Hurried = 0, want the keys moved into the round's next call")
+		}
+	})
+}

@@ -66,12 +66,17 @@ func (r *Reconciler) oneGroup(n *node) []*group {
 // settleNode settles sets, whose keys are on node n, through n's breaker in
 // calls of at most maxBatch keys, and stores each one's reply and the time
 // it came in replies and ends; after each call it calls came with the range
-// of sets the call settled. A settlement that got no reply, or that the
-// breaker refused, gets the call's error as its Reply.Err. It returns the
-// first call's error, if one failed.
-func (r *Reconciler) settleNode(ctx context.Context, n *node, sets []global.Settlement, replies []global.Reply, ends []time.Duration, came func(lo, hi int)) (failed error) {
+// of sets the call settled. Before each call it moves into it the
+// settlements, in o's order, whose keys requests wait for (see hurry). A
+// settlement that got no reply, or that the breaker refused, gets the
+// call's error as its Reply.Err. It returns the first call's error, if one
+// failed.
+func (r *Reconciler) settleNode(ctx context.Context, n *node, o order, sets []global.Settlement, replies []global.Reply, ends []time.Duration, came func(lo, hi int)) (failed error) {
 	for lo := 0; lo < len(sets); lo += maxBatch {
 		hi := min(lo+maxBatch, len(sets))
+		if hi < len(sets) && r.hurry.n.Load() > 0 {
+			r.hurryInto(o, lo, hi, len(sets))
+		}
 		s, rep := sets[lo:hi], replies[lo:hi]
 		clear(rep)
 		start := r.clock.Now()

@@ -189,6 +189,7 @@ type Reconciler struct {
 	applied     atomic.Pointer[chan struct{}] // closed, and replaced, when a call's replies have been applied
 	sides       sides                         // the entries' demands and prepaid grants
 	flights     flights                       // the keys' fetches on their way (see Fetch)
+	hurry       hurry                         // the keys whose requests wait for the round on its way (see awaitRound)
 	inline      gate                          // the fetches made on their requests' goroutines (see leadFetch)
 	evicted     evictions                     // the keys that left the store lately
 	stats       counters
@@ -432,6 +433,7 @@ func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool,
 	if cond() {
 		return true
 	}
+	r.hurry.add(e) // the round sends the key in its next call
 	wait := r.roundWait(e)
 	t := r.timer(wait)
 	defer r.putTimer(t)

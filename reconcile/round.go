@@ -227,7 +227,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 	// call by call, not at its end.
 	var failed error
 	if groups := r.group(ctx); len(groups) == 1 {
-		failed = r.settleNode(ctx, groups[0].n, r.sets, replies, ends, func(lo, hi int) {
+		failed = r.settleNode(ctx, groups[0].n, roundOrder{r}, r.sets, replies, ends, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				kept += r.settled(i, &replies[i], ends[i])
 			}
@@ -251,7 +251,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 			g.replies = slices.Grow(g.replies[:0], len(g.idx))[:len(g.idx)]
 			g.ends = slices.Grow(g.ends[:0], len(g.idx))[:len(g.idx)]
 			wg.Go(func() {
-				g.err = r.settleNode(ctx, g.n, g.sets, g.replies, g.ends, func(lo, hi int) { came <- call{g, lo, hi} })
+				g.err = r.settleNode(ctx, g.n, groupOrder{r, g}, g.sets, g.replies, g.ends, func(lo, hi int) { came <- call{g, lo, hi} })
 			})
 		}
 		go func() { // ends when the callers have: range came below waits for it
@@ -277,6 +277,7 @@ func (r *Reconciler) send(ctx context.Context) (kept int64) {
 		}
 	}
 	r.resends = 0
+	r.hurry.reset()
 	// The keys in doubt now: those of a round's resends that failed again
 	// and of the settlements that got no reply, and, after an early
 	// round, those of the last round still waiting for the next.

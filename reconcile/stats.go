@@ -26,6 +26,7 @@ type counters struct {
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
 	batches, batched       atomic.Uint64
+	hurried                atomic.Uint64
 	losses, recharged      atomic.Uint64
 	forgiven               atomic.Uint64
 	lastRound              atomic.Int64 // ns
@@ -71,6 +72,7 @@ type Stats struct {
 	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
 	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
 	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
+	Hurried         uint64        // settlements a round sent before their turn, in its next call, as requests waited for their keys (see AwaitRound)
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
 	Recharged       uint64        // micro-tokens charged again after those losses: what this instance's settlements had taken since
@@ -158,6 +160,7 @@ func (r *Reconciler) Stats() Stats {
 		InFlight:        int(inFlight),
 		Batches:         r.stats.batches.Load(),
 		Batched:         r.stats.batched.Load(),
+		Hurried:         r.stats.hurried.Load(),
 		Losses:          r.stats.losses.Load(),
 		Recharged:       r.stats.recharged.Load(),
 		Forgiven:        r.stats.forgiven.Load(),
