@@ -33,24 +33,17 @@ func (h *hurry) add(e *Entry) {
 	h.mu.Unlock()
 }
 
-// has reports whether a request waits for e's key.
-func (h *hurry) has(e *Entry) bool {
+// takeAll moves the set's entries into m (emptied first) and empties the
+// set: one lock for a round's call, however many keys the call looks up.
+func (h *hurry) takeAll(m map[*Entry]struct{}) {
+	clear(m)
 	h.mu.Lock()
-	_, ok := h.keys[e]
-	h.mu.Unlock()
-	return ok
-}
-
-// take removes e from the set and reports whether it was in it.
-func (h *hurry) take(e *Entry) bool {
-	h.mu.Lock()
-	_, ok := h.keys[e]
-	if ok {
-		delete(h.keys, e)
-		h.n.Add(-1)
+	for e := range h.keys {
+		m[e] = struct{}{}
 	}
+	clear(h.keys)
+	h.n.Store(0)
 	h.mu.Unlock()
-	return ok
 }
 
 // reset empties the set at a round's end: every key it held is answered, and
@@ -72,35 +65,54 @@ func (h *hurry) reset() {
 
 // order gives a round's calls to one node a way to move its settlements:
 // entry returns the entry of the j-th one, nil for one that must keep its
-// place (a resend, a key no entry holds), and swap exchanges two.
+// place (a resend, a key no entry holds), and swap exchanges two. shared
+// reports whether the calls to other nodes go at the same time, and look
+// for the keys requests wait for in their settlements too.
 type order interface {
 	entry(j int) *Entry
 	swap(a, b int)
+	shared() bool
 }
 
 // hurryInto moves into [lo, hi), the next call of a round's n settlements
 // to one node, those after it whose keys requests wait for, in the places
-// of the last settlements of the call that none waits for.
+// of the last settlements of the call that none waits for. The keys waited
+// for that it does not find after hi are in the call or were answered
+// already; those it cannot place (the call is full of them) wait for the
+// call after.
 func (r *Reconciler) hurryInto(o order, lo, hi, n int) {
+	want := make(map[*Entry]struct{}, r.hurry.n.Load())
+	r.hurry.takeAll(want)
 	p := hi - 1
-	for j := hi; j < n && r.hurry.n.Load() > 0; j++ {
+	for j := hi; j < n && len(want) > 0; j++ {
 		e := o.entry(j)
-		if e == nil || !r.hurry.take(e) {
+		if e == nil {
 			continue
 		}
+		if _, ok := want[e]; !ok {
+			continue
+		}
+		delete(want, e)
 		for p >= lo {
-			if t := o.entry(p); t != nil && !r.hurry.has(t) {
-				break
+			if t := o.entry(p); t != nil {
+				if _, ok := want[t]; !ok {
+					break
+				}
 			}
 			p--
 		}
 		if p < lo {
 			r.hurry.add(e) // the call is full of keys requests wait for
-			return
+			continue
 		}
 		o.swap(p, j)
 		r.stats.hurried.Add(1)
 		p--
+	}
+	if o.shared() {
+		for e := range want { // perhaps another node's
+			r.hurry.add(e)
+		}
 	}
 }
 
@@ -114,6 +126,8 @@ func (o roundOrder) entry(j int) *Entry {
 	}
 	return o.r.owners[j].e
 }
+
+func (o roundOrder) shared() bool { return false }
 
 func (o roundOrder) swap(a, b int) {
 	r := o.r
@@ -129,6 +143,8 @@ type groupOrder struct {
 }
 
 func (o groupOrder) entry(j int) *Entry { return o.r.owners[o.g.idx[j]].e }
+
+func (o groupOrder) shared() bool { return true }
 
 func (o groupOrder) swap(a, b int) {
 	g := o.g
