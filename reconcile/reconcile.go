@@ -433,7 +433,9 @@ func (r *Reconciler) awaitRound(ctx context.Context, e *Entry, cond func() bool,
 	if cond() {
 		return true
 	}
-	r.hurry.add(e) // the round sends the key in its next call
+	if r.stats.inFlight.Load() > maxBatch {
+		r.hurry.add(e) // a round of several calls: it sends the key in its next one
+	}
 	wait := r.roundWait(e)
 	t := r.timer(wait)
 	defer r.putTimer(t)
