@@ -44,10 +44,11 @@ type store struct {
 	supersede bool
 	claims    map[string]int64 // key: the claims of the settlements applied (global.Settlement.Claim)
 	credit    bool             // claims are credited in full, as out of an outage's pool
+	marked    map[string]int   // key: the settlements applied that carried an outage's start (global.Settlement.Since)
 }
 
 func newStore() *store {
-	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}, seqs: map[string][]int64{}, claims: map[string]int64{}}
+	return &store{tokens: map[string]int64{}, live: 1, recs: map[string][2]int64{}, seqs: map[string][]int64{}, claims: map[string]int64{}, marked: map[string]int{}}
 }
 
 func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies []global.Reply) error {
@@ -115,6 +116,9 @@ func (s *store) Settle(ctx context.Context, batch []global.Settlement, replies [
 			continue
 		}
 		s.claims[st.Key] += st.Claim
+		if !st.Since.IsZero() {
+			s.marked[st.Key]++
+		}
 		var credited int64
 		if s.credit {
 			credited = st.Claim

@@ -83,7 +83,11 @@ func (r *Reconciler) witnessNodes(ctx context.Context, fleetOK bool) {
 
 // retire drops node n, whose breaker is not closed and whose keys the node
 // at other answers for now: its breaker no longer counts in Degraded and
-// Stats, and should its address serve keys again, it gets a node anew.
+// Stats, and should its address serve keys again, it gets a node anew. Its
+// outage still marks the settlements of the nodes new to this instance for
+// outageMark (see outageOf), as a breaker that closes marks its own: the
+// first write on the replica that took its place may come after this, and
+// must keep the refill the bucket lost for the fleet's outage charges.
 func (r *Reconciler) retire(n *node, other string) {
 	r.nodeMu.Lock()
 	if m := *r.nodes.Load(); m[n.addr] == n {
@@ -95,6 +99,7 @@ func (r *Reconciler) retire(n *node, other string) {
 	n.mu.Lock()
 	n.retired = true
 	if n.degraded.Swap(false) {
+		raise(&n.markUntil, &r.markUntil, int64(r.clock.Now()+outageMark))
 		r.journal.unpin(r.clock.Time(r.clock.Now()).UnixMicro(), r.journalSpan(), r.ndegraded.Add(-1))
 	}
 	n.mu.Unlock()
