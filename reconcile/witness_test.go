@@ -126,13 +126,7 @@ func TestNodeWitness(t *testing.T) {
 		b.Allowance.TakeAll()
 		lostGrant := fetch(b, 4)
 		time.Sleep(time.Second) // a beat after it
-		st.set(func(*store) { st.down["b"] = true })
-		for range 10 {
-			b.Allowance.TakeAll()
-			r.Fetch(context.Background(), b, M)
-			time.Sleep(100 * time.Millisecond)
-		}
-		synctest.Wait()
+		killB(st, r, b)
 		if !r.Degraded() || !r.DegradedKey("b1") {
 			t.Fatalf("Degraded() = %v, DegradedKey(b1) = %v with node b dead, want true, true", r.Degraded(), r.DegradedKey("b1"))
 		}
@@ -184,13 +178,7 @@ func TestRetiredOutageMarks(t *testing.T) {
 		if err := r.Fetch(context.Background(), b, M); err != nil {
 			t.Fatal(err)
 		}
-		st.set(func(*store) { st.down["b"] = true })
-		for range 10 {
-			b.Allowance.TakeAll()
-			r.Fetch(context.Background(), b, M)
-			time.Sleep(100 * time.Millisecond)
-		}
-		synctest.Wait()
+		killB(st, r, b)
 		if !r.DegradedKey("b1") {
 			t.Fatal("DegradedKey(b1) = false with node b dead")
 		}
@@ -221,4 +209,16 @@ func TestRetiredOutageMarks(t *testing.T) {
 			t.Errorf("%d settlements of b1 on the promoted replica carried the outage's start after b was retired, want 1", got)
 		}
 	})
+}
+
+// killB takes node b down and asks for b's key until its breaker opens,
+// inside a synctest bubble.
+func killB(st *movingStore, r *reconcile.Reconciler, b *reconcile.Entry) {
+	st.set(func(*store) { st.down["b"] = true })
+	for range 10 {
+		b.Allowance.TakeAll()
+		r.Fetch(context.Background(), b, M)
+		time.Sleep(100 * time.Millisecond)
+	}
+	synctest.Wait()
 }
