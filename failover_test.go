@@ -58,6 +58,7 @@ type foResult struct {
 	degraded, normal  time.Time       // the first breaker leaving closed; every breaker closed again
 	opened            []time.Duration // each instance's first breaker opening after the fault, from it (-1: none)
 	losses, recharged uint64          // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
+	tails             uint64          // the fleet's Stats.Reconcile.Tails
 	forgiven          uint64          // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
 	owed              float64         // tokens the bucket owes at the end: its debt, not repaid yet
 	overshoot         float64         // Limiter.Overshoot of the limit, for the fleet
@@ -303,6 +304,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 	for _, l := range lims {
 		st := l.Stats().Reconcile
 		res.losses += st.Losses
+		res.tails += st.Tails
 		res.recharged += st.Recharged
 		res.forgiven += st.Forgiven
 	}
@@ -433,11 +435,11 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	if !res.degraded.IsZero() {
 		degradedFor = res.normal.Sub(res.degraded)
 	}
-	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%), %.0f owed at the end; %d heartbeats found writes lost, %.0f tokens charged again, %.0f forgiven",
+	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%), %.0f owed at the end; %d heartbeats found writes lost, %d outages' tails charged, %.0f tokens charged again, %.0f forgiven",
 		len(res.decisions), span.Round(time.Millisecond), errs, res.promoted.Sub(res.fault).Round(time.Millisecond),
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
 		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1), res.owed,
-		res.losses, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
+		res.losses, res.tails, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
 	opened := make([]string, len(res.opened))
 	for i, d := range res.opened {
 		opened[i] = "-"
@@ -542,8 +544,8 @@ func TestFailoverMeasure(t *testing.T) {
 				open = max(open, d)
 			}
 			lastOpen = max(lastOpen, open)
-			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven, %d heartbeats found writes lost, %.0f tokens charged again; breakers opened %v after the kill; slowest decision %v; promoted %v after the kill, normal %v after that",
-				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, float64(res.recharged)/1e6, res.opened, worst.Round(time.Millisecond/10),
+			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven, %d heartbeats found writes lost, %d tails, %.0f tokens charged again; breakers opened %v after the kill; slowest decision %v; promoted %v after the kill, normal %v after that",
+				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, res.tails, float64(res.recharged)/1e6, res.opened, worst.Round(time.Millisecond/10),
 				res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
 			if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
 				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)

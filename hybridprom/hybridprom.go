@@ -87,6 +87,7 @@ type descs struct {
 	duplicates, doubtsExpired, resent                    *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
+	tails                                                *prometheus.Desc
 	forgiven, window, pathRTT, hurried                   *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	refusals, refusing                                   *prometheus.Desc
@@ -132,6 +133,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		batches:          desc("batches_total", "Round trips that carried the settlements requests needed at once (fetches, takes, exact decisions)."),
 		pressured:        desc("pressured_calls_total", "Redis calls that timed out while Redis answered others: a busy Redis, not counted as failures by the circuit breakers."),
 		losses:           desc("redis_losses_total", "Heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)."),
+		tails:            desc("redis_outage_tails_total", "Outages after which a node answered that may be a replica promoted in a dead master's place: what this instance's settlements took in their last moments before the outage was charged again."),
 		recharged:        desc("recharged_tokens_total", "Tokens charged again after Redis lost this instance's writes: what its settlements had taken since."),
 		forgiven:         desc("forgiven_tokens_total", "Tokens of consumption not charged, their buckets owing the debt's bound already (Config.MaxDebt): what the fleet may have admitted beyond the limit."),
 		batched:          desc("batched_settlements_total", "Settlements those round trips carried."),
@@ -187,7 +189,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.decisions, d.fetchWaits, d.unanswered, d.refunds, d.exactErrors, d.fallbackConsumed,
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
-		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.recharged,
+		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.tails, d.recharged,
 		d.forgiven, d.window, d.pathRTT, d.hurried, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.ledgerKeys, d.ledgerBytes, d.ledgerUnknown, d.crowded,
@@ -245,6 +247,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.batches, r.Batches)
 	counter(d.pressured, r.Pressured)
 	counter(d.losses, r.Losses)
+	counter(d.tails, r.Tails)
 	ch <- prometheus.MustNewConstMetric(d.recharged, prometheus.CounterValue, float64(r.Recharged)/1e6)
 	ch <- prometheus.MustNewConstMetric(d.forgiven, prometheus.CounterValue, float64(r.Forgiven)/1e6)
 	counter(d.batched, r.Batched)

@@ -25,6 +25,23 @@ import (
 // and the loss) is charged twice, which errs towards denying, by at most a
 // heartbeat interval of this instance's settlements.
 
+// A Redis that keeps the instance's last beat may still lack writes that
+// came after it: a master that dies sends its replicas each write after it
+// answers it, so the writes of its last moments (an event loop's, more on a
+// slow link) may never reach the replica promoted in its place, and the
+// beat before them, which the replica holds, shows nothing. So when a node
+// answers after an outage that began after the last beat (a replica in a
+// Cluster master's place; on a single Redis or Sentinel's master, any node
+// that answers again), the instance charges again what its settlements took
+// in the last lossTail before its last reply from the node, and the rest of
+// that reply's journal slot: at most lossTail and a slot of this instance's
+// settlements, once an outage, charged twice when nothing was lost.
+
+// lossTail is how long before the last reply a master sent ahead of an
+// outage its writes may not have reached a replica: a replica's lag on a
+// healthy link is the time a write takes to cross it, milliseconds.
+const lossTail = 20 * time.Millisecond
+
 // witness is implemented by a Store whose heartbeat also tells when Redis
 // last saw the instance beat (*global.Limiter): the Reconciler then detects
 // the loss of its writes.
@@ -295,6 +312,28 @@ func (j *journal) since(at, until int64, keep func(key, node string) bool) map[s
 	return out
 }
 
+// latest returns the Redis time (microseconds) of the last reply the
+// journal holds, at or before until, of the entries keep is true for: 0 if
+// none.
+func (j *journal) latest(until int64, keep func(key, node string) bool) int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var last int64
+	for _, sl := range j.slots {
+		if sl.start > until {
+			break
+		}
+		for id, t := range sl.took {
+			if t.at > last && t.at <= until {
+				if key, node := splitID(id); keep(key, node) {
+					last = t.at
+				}
+			}
+		}
+	}
+	return last
+}
+
 // witnessed handles a heartbeat's reply: Redis's time now and when it last
 // saw this instance beat (zero: never). On a Redis Cluster it witnesses the
 // node of the fleet count alone; witnessNodes the others.
@@ -334,7 +373,8 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		return // the first beat: nothing to compare
 	}
 	var since time.Time
-	all := false
+	all, tail := false, false
+	moved := last.node != addr // another node answers: a replica took the place of last.node
 	switch {
 	case was.IsZero() && now.Sub(last.at) < witnessKept:
 		// The node lost this instance's last beat, which it would still
@@ -348,10 +388,15 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		all = true
 	case !was.IsZero() && was.Before(last.at):
 		since = was
+	case !was.IsZero() && (moved || addr == ""):
+		// The node kept the last beat. If it answers after an outage
+		// that began after that beat, it may be a replica promoted in
+		// the place of a master that died, which had not sent it the
+		// writes of its last moments: no beat shows that (see tail).
+		since, tail = was, true
 	default:
 		return
 	}
-	moved := last.node != addr // another node answers: a replica took the place of last.node
 	// What the instance wrote after the node's last outage began went to
 	// the Redis that answers now (a replica promoted meanwhile: the writes
 	// it lacks were made before), if this is the first beat it answers
@@ -371,9 +416,20 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 			until = began.UnixMicro()
 		}
 	}
-	lost := r.journal.since(since.UnixMicro(), until, func(key, node string) bool {
+	keep := func(key, node string) bool {
 		return addr == "" || r.router.Node(done, key) == addr && (!moved || node != addr)
-	})
+	}
+	if tail {
+		if until == math.MaxInt64 {
+			return // no outage since the last beat: a replica that took over lacks nothing this instance wrote
+		}
+		last := r.journal.latest(until, keep)
+		if last == 0 {
+			return
+		}
+		since = time.UnixMicro(max(since.UnixMicro(), last-lossTail.Microseconds()))
+	}
+	lost := r.journal.since(since.UnixMicro(), until, keep)
 	var keys int
 	var tokens int64
 	for key, t := range lost {
@@ -384,8 +440,14 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 			tokens += t.suffix
 		}
 	}
-	r.stats.losses.Add(1)
 	r.stats.recharged.Add(uint64(tokens))
+	if tail {
+		r.stats.tails.Add(1)
+		r.log.Info("hybrid: Redis answers again after an outage; charging again what this instance took in its last moments before it, which a replica promoted meanwhile may lack",
+			slog.String("node", addr), slog.Time("since", since), slog.Time("until", time.UnixMicro(until)), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
+		return
+	}
+	r.stats.losses.Add(1)
 	r.log.Warn("hybrid: Redis lost writes (a failover to a replica that lagged, or a restart); charging again what this instance took since",
 		slog.String("node", addr), slog.Time("since", since), slog.Time("until", time.UnixMicro(until)), slog.Int("keys", keys), slog.Float64("tokens", float64(tokens)/1e6))
 }

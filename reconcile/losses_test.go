@@ -264,3 +264,59 @@ func TestBeatsAfterOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestLostTail: a Redis that answers after an outage with the instance's
+// last beat kept may be a replica promoted in a dead master's place, which
+// lacks the writes of the master's last moments (sent to the replica after
+// they were answered): the instance charges again what its settlements
+// took in their last moments before the outage, not what they took
+// before. Before, a kept beat charged nothing, and a lease grant the
+// replica never saw let a Cluster fleet's failover admit 0.1% beyond
+// B + R*T, one run in 24 under -race.
+func TestLostTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &witnessStore{store: newStore()}
+		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		defer r.Close(context.Background())
+		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
+		early := entry(r, "early", spec(t, 10, 100, reconcile.Lease))
+		if err := r.Fetch(context.Background(), early, 5*M); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // a journal slot and more, no beat
+		late := entry(r, "late", spec(t, 10, 100, reconcile.Lease))
+		if err := r.Fetch(context.Background(), late, 7*M); err != nil {
+			t.Fatal(err)
+		}
+		granted := late.Allowance.Load()
+		w.set(func(s *store) { s.fail = errNoReply }) // the master dies
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if !r.Degraded() {
+			t.Fatal("not degraded after 4 s of failing calls")
+		}
+		if st := r.Stats(); st.Tails != 0 || st.Recharged != 0 {
+			t.Fatalf("during the outage: %d tails, %d micro-tokens charged again; want none", st.Tails, st.Recharged)
+		}
+		w.set(func(s *store) { s.fail = nil }) // a replica answers, the last beat kept
+		other := entry(r, "other", spec(t, 10, 100, reconcile.Lease))
+		for range 20 { // until the breaker lets a call through
+			if r.Fetch(context.Background(), other, M) == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // the first beat after the outage
+		synctest.Wait()
+		st := r.Stats()
+		if st.Tails != 1 || st.Losses != 0 || st.Recharged != uint64(granted) {
+			t.Fatalf("after an outage whose Redis kept the last beat: %d tails, %d losses, %d micro-tokens charged again; want 1, 0, %d (the late grant, not the early one nor the one after)",
+				st.Tails, st.Losses, st.Recharged, granted)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if st := r.Stats(); st.Tails != 1 || st.Recharged != uint64(granted) {
+			t.Fatalf("beats after the first: %d tails, %d micro-tokens charged again; want the first beat's alone", st.Tails, st.Recharged)
+		}
+	})
+}

@@ -28,6 +28,7 @@ type counters struct {
 	batches, batched       atomic.Uint64
 	hurried                atomic.Uint64
 	losses, recharged      atomic.Uint64
+	tails                  atomic.Uint64
 	forgiven               atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
@@ -75,7 +76,8 @@ type Stats struct {
 	Hurried         uint64        // settlements a round sent before their turn, in its next call, as requests waited for their keys (see AwaitRound)
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
-	Recharged       uint64        // micro-tokens charged again after those losses: what this instance's settlements had taken since
+	Tails           uint64        // outages after which a node answered that may be a replica promoted in a dead master's place: what this instance's settlements took in their last moments before it was charged again (see docs/failure.md)
+	Recharged       uint64        // micro-tokens charged again after those losses and outages: what this instance's settlements had taken since
 	Forgiven        uint64        // micro-tokens of consumption this instance's settlements did not charge, their buckets owing Config.MaxDebt's bound already: what the fleet may have admitted beyond B + R*T
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
@@ -162,6 +164,7 @@ func (r *Reconciler) Stats() Stats {
 		Batched:         r.stats.batched.Load(),
 		Hurried:         r.stats.hurried.Load(),
 		Losses:          r.stats.losses.Load(),
+		Tails:           r.stats.tails.Load(),
 		Recharged:       r.stats.recharged.Load(),
 		Forgiven:        r.stats.forgiven.Load(),
 		LocalAllowed:    r.stats.localAllowed.Load(),

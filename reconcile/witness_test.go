@@ -211,6 +211,51 @@ func TestRetiredOutageMarks(t *testing.T) {
 	})
 }
 
+// TestNodeWitnessTail: on a Redis Cluster, a replica that takes the place
+// of a master that died keeps the instance's last beat but may lack the
+// writes of the master's last moments: the first beat it answers has the
+// instance charge again what its settlements on the dead master took in
+// their last moments, not what the replica answered itself. Before, a kept
+// beat charged nothing.
+func TestNodeWitnessTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newMovingStore()
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second,
+			Breaker: breaker.Config{OpenTimeout: time.Second}})
+		defer r.Close(context.Background())
+		sp := spec(t, 10, 100, reconcile.Lease)
+		a, b := entry(r, "a1", sp), entry(r, "b1", sp)
+		if err := r.Fetch(context.Background(), b, M); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond) // beats: the first compares with nothing
+		synctest.Wait()
+		fetch := func(e *reconcile.Entry, n int64) int64 {
+			t.Helper()
+			e.Allowance.TakeAll()
+			if err := r.Fetch(context.Background(), e, n*M); err != nil {
+				t.Fatal(err)
+			}
+			return e.Allowance.Load()
+		}
+		fetch(a, 3)
+		lost := fetch(b, 4)
+		killB(st, r, b) // before the next beat
+		st.wmu.Lock()
+		st.route["b"] = "c"
+		st.wmu.Unlock()
+		st.set(func(*store) { st.down["b"] = false })
+		fetch(b, 3) // answered by c, before its first beat
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		s := r.Stats()
+		if s.Tails != 1 || s.Losses != 0 || s.Recharged != uint64(lost) {
+			t.Errorf("after the replica took b's place, the last beat kept: %d tails, %d losses, %d micro-tokens charged again; want 1, 0, %d (b's last grant, not a's nor c's)",
+				s.Tails, s.Losses, s.Recharged, lost)
+		}
+	})
+}
+
 // killB takes node b down and asks for b's key until its breaker opens,
 // inside a synctest bubble.
 func killB(st *movingStore, r *reconcile.Reconciler, b *reconcile.Entry) {
