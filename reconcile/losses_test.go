@@ -49,20 +49,12 @@ func (w *witnessStore) lose(since time.Time) {
 // not one before it; a heartbeat that finds the last beat changes nothing.
 func TestLostWrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := &witnessStore{store: newStore()}
-		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		w, r := beating(t)
 		defer r.Close(context.Background())
-		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
-		early := entry(r, "early", spec(t, 10, 100, reconcile.Lease))
-		if err := r.Fetch(context.Background(), early, 5*M); err != nil {
-			t.Fatal(err)
-		}
+		leased(t, r, "early", 5*M)
 		time.Sleep(100 * time.Millisecond)
 		cut := time.Now()
-		late := entry(r, "late", spec(t, 10, 100, reconcile.Lease))
-		if err := r.Fetch(context.Background(), late, 7*M); err != nil {
-			t.Fatal(err)
-		}
+		late := leased(t, r, "late", 7*M)
 		granted := late.Allowance.Load()
 		if granted < 7*M {
 			t.Fatalf("the fetch granted %d micro-tokens, want 7 tokens or more", granted)
@@ -89,32 +81,16 @@ func TestLostWrites(t *testing.T) {
 // again, though settlements came back in between.
 func TestLostWritesLongOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := &witnessStore{store: newStore()}
-		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		w, r := beating(t)
 		defer r.Close(context.Background())
-		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
 		cut := time.Now()
-		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
-		if err := r.Fetch(context.Background(), e, 7*M); err != nil {
-			t.Fatal(err)
-		}
+		e := leased(t, r, "k", 7*M)
 		granted := e.Allowance.Load()
-		time.Sleep(time.Second) // a beat after the grant, which the loss takes too
-		w.set(func(s *store) { s.fail = errNoReply })
-		time.Sleep(10 * time.Second) // more than three heartbeat intervals
-		synctest.Wait()
-		if !r.Degraded() {
-			t.Fatal("not degraded after 10 s of failing calls")
-		}
+		time.Sleep(time.Second)         // a beat after the grant, which the loss takes too
+		goDown(t, r, w, 10*time.Second) // more than three heartbeat intervals
 		w.lose(cut)
-		w.set(func(s *store) { s.fail = nil })
 		other := entry(r, "other", spec(t, 10, 100, reconcile.Lease))
-		for range 20 { // until the breaker lets a call through
-			if r.Fetch(context.Background(), other, M) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		comeBack(r, w, other)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		st := r.Stats()
@@ -133,24 +109,11 @@ func TestLostWritesLongOutage(t *testing.T) {
 // loss from after it charged nothing.
 func TestLostWritesAfterOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := &witnessStore{store: newStore()}
-		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		w, r := beating(t)
 		defer r.Close(context.Background())
-		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
-		w.set(func(s *store) { s.fail = errNoReply })
-		time.Sleep(4 * time.Second) // three failed heartbeats
-		synctest.Wait()
-		if !r.Degraded() {
-			t.Fatal("not degraded after 4 s of failing calls")
-		}
-		w.set(func(s *store) { s.fail = nil })
+		goDown(t, r, w, 4*time.Second) // three failed heartbeats
 		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
-		for range 20 { // until the breaker lets a call through
-			if r.Fetch(context.Background(), e, M) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		comeBack(r, w, e)
 		time.Sleep(time.Second) // a beat on the Redis that answers after the outage
 		synctest.Wait()
 		cut := time.Now()
@@ -236,20 +199,9 @@ func TestBeatsAfterOutage(t *testing.T) {
 		if n := beats(3 * time.Second); n > 4 {
 			t.Fatalf("%d heartbeats in 3 s before any outage, want a second apart", n)
 		}
-		w.set(func(s *store) { s.fail = errNoReply })
-		time.Sleep(4 * time.Second)
-		synctest.Wait()
-		if !r.Degraded() {
-			t.Fatal("not degraded after 4 s of failing calls")
-		}
-		w.set(func(s *store) { s.fail = nil })
+		goDown(t, r, w, 4*time.Second)
 		e := entry(r, "k", spec(t, 10, 100, reconcile.Lease))
-		for range 20 { // until the breaker lets a call through
-			if r.Fetch(context.Background(), e, M) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		comeBack(r, w, e)
 		time.Sleep(time.Second) // the first beat after the outage
 		synctest.Wait()
 		if r.Degraded() {
@@ -275,37 +227,18 @@ func TestBeatsAfterOutage(t *testing.T) {
 // B + R*T, one run in 24 under -race.
 func TestLostTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := &witnessStore{store: newStore()}
-		r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+		w, r := beating(t)
 		defer r.Close(context.Background())
-		time.Sleep(1500 * time.Millisecond) // two beats: the first one compares with nothing
-		early := entry(r, "early", spec(t, 10, 100, reconcile.Lease))
-		if err := r.Fetch(context.Background(), early, 5*M); err != nil {
-			t.Fatal(err)
-		}
+		leased(t, r, "early", 5*M)
 		time.Sleep(300 * time.Millisecond) // a journal slot and more, no beat
-		late := entry(r, "late", spec(t, 10, 100, reconcile.Lease))
-		if err := r.Fetch(context.Background(), late, 7*M); err != nil {
-			t.Fatal(err)
-		}
+		late := leased(t, r, "late", 7*M)
 		granted := late.Allowance.Load()
-		w.set(func(s *store) { s.fail = errNoReply }) // the master dies
-		time.Sleep(4 * time.Second)
-		synctest.Wait()
-		if !r.Degraded() {
-			t.Fatal("not degraded after 4 s of failing calls")
-		}
+		goDown(t, r, w, 4*time.Second) // the master dies
 		if st := r.Stats(); st.Tails != 0 || st.Recharged != 0 {
 			t.Fatalf("during the outage: %d tails, %d micro-tokens charged again; want none", st.Tails, st.Recharged)
 		}
-		w.set(func(s *store) { s.fail = nil }) // a replica answers, the last beat kept
 		other := entry(r, "other", spec(t, 10, 100, reconcile.Lease))
-		for range 20 { // until the breaker lets a call through
-			if r.Fetch(context.Background(), other, M) == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		comeBack(r, w, other)   // a replica answers, the last beat kept
 		time.Sleep(time.Second) // the first beat after the outage
 		synctest.Wait()
 		st := r.Stats()
@@ -319,4 +252,49 @@ func TestLostTail(t *testing.T) {
 			t.Fatalf("beats after the first: %d tails, %d micro-tokens charged again; want the first beat's alone", st.Tails, st.Recharged)
 		}
 	})
+}
+
+// goDown makes w fail every call for d, inside a synctest bubble, and
+// checks that r is degraded then.
+func goDown(t *testing.T, r *reconcile.Reconciler, w *witnessStore, d time.Duration) {
+	t.Helper()
+	w.set(func(s *store) { s.fail = errNoReply })
+	time.Sleep(d)
+	synctest.Wait()
+	if !r.Degraded() {
+		t.Fatalf("not degraded after %v of failing calls", d)
+	}
+}
+
+// comeBack makes w answer again and fetches for e until the breaker lets a
+// call through, inside a synctest bubble.
+func comeBack(r *reconcile.Reconciler, w *witnessStore, e *reconcile.Entry) {
+	w.set(func(s *store) { s.fail = nil })
+	for range 20 {
+		if r.Fetch(context.Background(), e, M) == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// beating returns a Reconciler on a witnessStore (a heartbeat a second,
+// rounds only when asked) past its first two beats, the first of which
+// compares with nothing, inside a synctest bubble.
+func beating(t *testing.T) (*witnessStore, *reconcile.Reconciler) {
+	w := &witnessStore{store: newStore()}
+	r := newReconciler(t, w, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second})
+	time.Sleep(1500 * time.Millisecond)
+	return w, r
+}
+
+// leased returns an entry of a lease key (10/s, burst 100) of r that a
+// fetch of n micro-tokens has granted to.
+func leased(t *testing.T, r *reconcile.Reconciler, key string, n int64) *reconcile.Entry {
+	t.Helper()
+	e := entry(r, key, spec(t, 10, 100, reconcile.Lease))
+	if err := r.Fetch(context.Background(), e, n); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -83,11 +83,8 @@ func (s *movingStore) lose(key string, since time.Time) {
 func TestNodeWitness(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newMovingStore()
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second,
-			Breaker: breaker.Config{OpenTimeout: time.Second}})
+		r, a, b := witnessFleet(t, st)
 		defer r.Close(context.Background())
-		sp := spec(t, 10, 100, reconcile.Lease)
-		a, b := entry(r, "a1", sp), entry(r, "b1", sp)
 		fetch := func(e *reconcile.Entry, n int64) int64 {
 			t.Helper()
 			before := e.Allowance.Load()
@@ -132,11 +129,8 @@ func TestNodeWitness(t *testing.T) {
 		}
 		// Its replica c takes its place, having missed the writes since
 		// the cut; a grant c answers before the next beat is c's own.
-		st.wmu.Lock()
-		st.route["b"] = "c"
-		st.wmu.Unlock()
 		st.lose("b1", cut)
-		st.set(func(*store) { st.down["b"] = false })
+		promoteC(st)
 		before := r.Stats()
 		b.Allowance.TakeAll()
 		fetch(b, 3)
@@ -184,10 +178,7 @@ func TestRetiredOutageMarks(t *testing.T) {
 		}
 		// The replica c takes b's place; the heartbeat's witness answered
 		// by c retires b before any settlement reaches c.
-		st.wmu.Lock()
-		st.route["b"] = "c"
-		st.wmu.Unlock()
-		st.set(func(*store) { st.down["b"] = false })
+		promoteC(st)
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
 		for _, n := range r.Stats().Nodes {
@@ -220,11 +211,8 @@ func TestRetiredOutageMarks(t *testing.T) {
 func TestNodeWitnessTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newMovingStore()
-		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second,
-			Breaker: breaker.Config{OpenTimeout: time.Second}})
+		r, a, b := witnessFleet(t, st)
 		defer r.Close(context.Background())
-		sp := spec(t, 10, 100, reconcile.Lease)
-		a, b := entry(r, "a1", sp), entry(r, "b1", sp)
 		if err := r.Fetch(context.Background(), b, M); err != nil {
 			t.Fatal(err)
 		}
@@ -241,10 +229,7 @@ func TestNodeWitnessTail(t *testing.T) {
 		fetch(a, 3)
 		lost := fetch(b, 4)
 		killB(st, r, b) // before the next beat
-		st.wmu.Lock()
-		st.route["b"] = "c"
-		st.wmu.Unlock()
-		st.set(func(*store) { st.down["b"] = false })
+		promoteC(st)
 		fetch(b, 3) // answered by c, before its first beat
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
@@ -266,4 +251,23 @@ func killB(st *movingStore, r *reconcile.Reconciler, b *reconcile.Entry) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	synctest.Wait()
+}
+
+// witnessFleet returns a Reconciler on st (a heartbeat a second, rounds
+// only when asked) with an entry of a lease key on node a, a1, and one on
+// node b, b1.
+func witnessFleet(t *testing.T, st *movingStore) (*reconcile.Reconciler, *reconcile.Entry, *reconcile.Entry) {
+	r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, HeartbeatInterval: time.Second,
+		Breaker: breaker.Config{OpenTimeout: time.Second}})
+	sp := spec(t, 10, 100, reconcile.Lease)
+	return r, entry(r, "a1", sp), entry(r, "b1", sp)
+}
+
+// promoteC puts node c, b's replica, in b's place: b's keys are c's now,
+// and c holds what b's replica had of b's beats.
+func promoteC(st *movingStore) {
+	st.wmu.Lock()
+	st.route["b"] = "c"
+	st.wmu.Unlock()
+	st.set(func(*store) { st.down["b"] = false })
 }
