@@ -133,7 +133,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		batches:          desc("batches_total", "Round trips that carried the settlements requests needed at once (fetches, takes, exact decisions)."),
 		pressured:        desc("pressured_calls_total", "Redis calls that timed out while Redis answered others: a busy Redis, not counted as failures by the circuit breakers."),
 		losses:           desc("redis_losses_total", "Heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)."),
-		tails:            desc("redis_outage_tails_total", "Outages after which a node answered that may be a replica promoted in a dead master's place: what this instance's settlements took in their last moments before the outage was charged again."),
+		tails:            desc("redis_outage_tails_total", "Failovers seen after an outage, another server answering with this instance's last beat kept (a replica promoted in a dead master's place): what this instance's settlements took in their last moments before the outage was charged again."),
 		recharged:        desc("recharged_tokens_total", "Tokens charged again after Redis lost this instance's writes: what its settlements had taken since."),
 		forgiven:         desc("forgiven_tokens_total", "Tokens of consumption not charged, their buckets owing the debt's bound already (Config.MaxDebt): what the fleet may have admitted beyond the limit."),
 		batched:          desc("batched_settlements_total", "Settlements those round trips carried."),

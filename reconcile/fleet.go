@@ -89,7 +89,7 @@ func (r *Reconciler) beat(ctx context.Context) (live int, now time.Time, err err
 		return live, now, err
 	}
 	if _, ok := r.st.(witness); ok {
-		r.witnessed(now, was)
+		r.witnessed(now, was, r.server(ctx))
 	}
 	if !reset.IsZero() {
 		r.NoteReset(reset)

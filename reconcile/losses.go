@@ -29,13 +29,15 @@ import (
 // came after it: a master that dies sends its replicas each write after it
 // answers it, so the writes of its last moments (an event loop's, more on a
 // slow link) may never reach the replica promoted in its place, and the
-// beat before them, which the replica holds, shows nothing. So when a node
-// answers after an outage that began after the last beat (a replica in a
-// Cluster master's place; on a single Redis or Sentinel's master, any node
-// that answers again), the instance charges again what its settlements took
-// in the last lossTail before its last reply from the node, and the rest of
-// that reply's journal slot: at most lossTail and a slot of this instance's
-// settlements, once an outage, charged twice when nothing was lost.
+// beat before them, which the replica holds, shows nothing. So when another
+// server answers after an outage that began after the last beat (on a
+// Redis Cluster, another node at the master's slots; on a single Redis, a
+// server of another name, see serverNamer), the instance charges again what
+// its settlements took in the last lossTail before its last reply from the
+// dead master, and the rest of that reply's journal slot: at most lossTail
+// and a slot of this instance's settlements, once a failover, charged twice
+// if the replica had them. A network that failed for a while, the same
+// server answering after it, charges nothing: nothing was lost.
 
 // lossTail is how long before the last reply a master sent ahead of an
 // outage its writes may not have reached a replica: a replica's lag on a
@@ -49,11 +51,64 @@ type witness interface {
 	HeartbeatWas(ctx context.Context, id string, ttl time.Duration) (live int, now, was time.Time, err error)
 }
 
-// beat is a beat of a witness: the Redis time it was made at, and the node
-// that answered it ("" on a single Redis).
+// serverNamer is implemented by a Store that names the Redis server that
+// answers a single Redis's heartbeat (*global.Limiter: Server): a replica
+// promoted in its place has another name, a connection made again to the
+// same server the same one; "" if it has none.
+type serverNamer interface {
+	Server(ctx context.Context) (string, error)
+}
+
+// beat is a beat of a witness: the Redis time it was made at, the node
+// that answered it ("" on a single Redis), and on a single Redis the name
+// of the server that answered it, as last asked (see askServer; "" if not
+// known).
 type beat struct {
-	at   time.Time
-	node string
+	at     time.Time
+	node   string
+	server string
+}
+
+// server returns the name of the server that answers a single Redis's
+// heartbeat when askServer says to ask for it: "" when not asked, or when
+// the server does not tell.
+func (r *Reconciler) server(ctx context.Context) string {
+	if !r.askServer() {
+		return ""
+	}
+	sn := r.st.(serverNamer)
+	var name string
+	r.DoFleet(ctx, func(ctx context.Context) error {
+		var err error
+		name, err = sn.Server(ctx)
+		return err
+	})
+	return name
+}
+
+// askServer reports whether the heartbeat just answered on a single Redis
+// should ask the server's name: at the first beat, and at the first after
+// an outage began, which may have been a failover behind one address (a
+// Sentinel's master, a managed Redis's endpoint). A failover without an
+// outage (a handover: Redis lets the replica catch up first) loses
+// nothing, but leaves the name known stale: the next outage then charges
+// its tail again, once, towards denying.
+func (r *Reconciler) askServer() bool {
+	if r.router != nil {
+		return false
+	}
+	if _, ok := r.st.(serverNamer); !ok {
+		return false
+	}
+	r.lossMu.Lock()
+	last, asked := r.lastBeats[""], r.serverAsked
+	r.serverAsked = true
+	r.lossMu.Unlock()
+	if !asked {
+		return true
+	}
+	d, ok := r.outageOf(r.def)
+	return ok && last.at.Before(r.clock.Time(d))
 }
 
 // witnessKept is how long Redis keeps an instance's last beat at least
@@ -337,12 +392,12 @@ func (j *journal) latest(until int64, keep func(key, node string) bool) int64 {
 // witnessed handles a heartbeat's reply: Redis's time now and when it last
 // saw this instance beat (zero: never). On a Redis Cluster it witnesses the
 // node of the fleet count alone; witnessNodes the others.
-func (r *Reconciler) witnessed(now, was time.Time) {
+func (r *Reconciler) witnessed(now, was time.Time, server string) {
 	on := ""
 	if r.router != nil {
 		on = r.router.FleetNode(done)
 	}
-	r.witnessedOn("", on, now, was)
+	r.witnessedOn("", on, server, now, was)
 }
 
 // witnessedOn handles the reply of a beat of witness w ("" for the
@@ -357,7 +412,7 @@ func (r *Reconciler) witnessed(now, was time.Time) {
 // other node answered: what the replica answered once promoted, the charges
 // of the outage's admissions among them, it holds. With addr "", every
 // key's.
-func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
+func (r *Reconciler) witnessedOn(w, addr, server string, now, was time.Time) {
 	r.lossMu.Lock()
 	last := r.lastBeats[w]
 	if !now.After(last.at) {
@@ -367,14 +422,19 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 	if r.lastBeats == nil {
 		r.lastBeats = make(map[string]beat)
 	}
-	r.lastBeats[w] = beat{at: now, node: addr}
+	if server == "" {
+		server = last.server // not asked this beat
+	}
+	r.lastBeats[w] = beat{at: now, node: addr, server: server}
 	r.lossMu.Unlock()
 	if last.at.IsZero() {
 		return // the first beat: nothing to compare
 	}
 	var since time.Time
 	all, tail := false, false
-	moved := last.node != addr // another node answers: a replica took the place of last.node
+	// Another node answers: a replica took the place of last.node (on a
+	// single Redis, of the server that answered last.at).
+	moved := last.node != addr || last.server != "" && server != last.server
 	switch {
 	case was.IsZero() && now.Sub(last.at) < witnessKept:
 		// The node lost this instance's last beat, which it would still
@@ -388,11 +448,12 @@ func (r *Reconciler) witnessedOn(w, addr string, now, was time.Time) {
 		all = true
 	case !was.IsZero() && was.Before(last.at):
 		since = was
-	case !was.IsZero() && (moved || addr == ""):
-		// The node kept the last beat. If it answers after an outage
-		// that began after that beat, it may be a replica promoted in
-		// the place of a master that died, which had not sent it the
-		// writes of its last moments: no beat shows that (see tail).
+	case !was.IsZero() && moved:
+		// The node kept the last beat, but it is a replica promoted in
+		// the place of the master that answered it. If that master died
+		// in an outage that began after the beat, it may not have sent
+		// the replica the writes of its last moments: no beat shows
+		// that.
 		since, tail = was, true
 	default:
 		return

@@ -229,6 +229,7 @@ type Reconciler struct {
 	// heartbeat's, a node's probe key for a node's (witness.go), under
 	// lossMu.
 	lastBeats   map[string]beat
+	serverAsked bool            // the server that answers a single Redis's heartbeat was asked for its name (see askServer), under lossMu
 	doubts      []doubt         // settlements without a reply, to send again
 	inDoubt     map[string]bool // their keys, while a round sends them again
 	inDoubtPeak int             // the most keys inDoubt has held since it was made

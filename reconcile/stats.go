@@ -76,7 +76,7 @@ type Stats struct {
 	Hurried         uint64        // settlements a round sent before their turn, in its next call, as requests waited for their keys (see AwaitRound)
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
-	Tails           uint64        // outages after which a node answered that may be a replica promoted in a dead master's place: what this instance's settlements took in their last moments before it was charged again (see docs/failure.md)
+	Tails           uint64        // outages after which another server answered with this instance's last beat kept, a replica promoted in a dead master's place: what this instance's settlements took in their last moments before it was charged again (see docs/failure.md)
 	Recharged       uint64        // micro-tokens charged again after those losses and outages: what this instance's settlements had taken since
 	Forgiven        uint64        // micro-tokens of consumption this instance's settlements did not charge, their buckets owing Config.MaxDebt's bound already: what the fleet may have admitted beyond B + R*T
 

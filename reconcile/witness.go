@@ -64,7 +64,7 @@ func (r *Reconciler) witnessNodes(ctx context.Context, fleetOK bool) {
 			continue
 		}
 		answered[n.probe] = at
-		r.witnessedOn(n.probe, at, now, was)
+		r.witnessedOn(n.probe, at, "", now, was)
 	}
 	r.forgetWitnesses(probes)
 	for addr, n := range nodes {
