@@ -386,7 +386,8 @@ func (s *SentinelProc) addrs() []string {
 // WaitFailover polls the sentinels until every one of them names the same
 // master, at an address other than old, and that server reports
 // role:master in INFO replication, or timeout passes. It returns the new
-// master's address. The sentinel that led the failover names the new master
+// master's address; its error after timeout ends with the end of each
+// sentinel's log (why no failover came: a vote lost, no good replica). The sentinel that led the failover names the new master
 // only once the failover is over.
 func (s *SentinelProc) WaitFailover(old string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
@@ -396,7 +397,11 @@ func (s *SentinelProc) WaitFailover(old string, timeout time.Duration) (string, 
 			return addr, nil
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("redistest: failover from %s after %v: %w", old, timeout, err)
+			var logs strings.Builder
+			for _, p := range s.sentinels {
+				fmt.Fprintf(&logs, "\nsentinel %s's log ends with:\n%s", p.addr, logTail(filepath.Join(p.dir, logName), 0))
+			}
+			return "", fmt.Errorf("redistest: failover from %s after %v: %w%s", old, timeout, err, logs.String())
 		}
 		time.Sleep(10 * pollInterval)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,11 @@ func TestSentinel(t *testing.T) {
 	}
 	if m != nodes[0] {
 		t.Fatalf("Master() = %s, want %s", m.Addr(), first)
+	}
+	// With no failover under way, WaitFailover gives up and shows the
+	// sentinels' logs.
+	if _, err := s.WaitFailover(first, 0); err == nil || strings.Count(err.Error(), "'s log ends with:") != 3 {
+		t.Fatalf("WaitFailover with the master alive = %v; want an error with the end of each of the 3 sentinels' logs", err)
 	}
 	killed := time.Now()
 	if err := m.Kill(); err != nil {
