@@ -548,7 +548,8 @@ func TestFailoverMeasure(t *testing.T) {
 				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, res.tails, float64(res.recharged)/1e6, res.opened, worst.Round(time.Millisecond/10),
 				res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
 			if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
-				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end", i+1, admitted, bound, res.owed)
+				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end; admitted (by the fallback) each 500 ms from the start, the kill at %v: %s",
+					i+1, admitted, bound, res.owed, res.fault.Sub(res.start).Round(time.Millisecond), res.windows(500*time.Millisecond))
 			}
 			if !closed && ratio < 0.93 {
 				t.Errorf("run %d: admitted %.1f%% of B + R*T, want at least 93%%", i+1, 100*ratio)
@@ -586,4 +587,25 @@ type tlog struct{ t *testing.T }
 func (w tlog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// windows returns, for each step of the run from its start, what the
+// fleet admitted and, in parentheses, how much of it the fallback did: a
+// run over its bound shows when it admitted the excess.
+func (res *foResult) windows(step time.Duration) string {
+	n := int(res.end.Sub(res.start)/step) + 1
+	all, fb := make([]int, n), make([]int, n)
+	for _, d := range res.decisions {
+		if i := int(d.at.Sub(res.start) / step); d.allowed && i >= 0 && i < n {
+			all[i]++
+			if d.source == hybrid.SourceFallback {
+				fb[i]++
+			}
+		}
+	}
+	var b strings.Builder
+	for i := range all {
+		fmt.Fprintf(&b, " %d(%d)", all[i], fb[i])
+	}
+	return b.String()
 }
