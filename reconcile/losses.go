@@ -484,11 +484,11 @@ func (r *Reconciler) witnessedOn(w, addr, server string, now, was time.Time) {
 		if until == math.MaxInt64 {
 			return // no outage since the last beat: a replica that took over lacks nothing this instance wrote
 		}
-		last := r.journal.latest(until, keep)
-		if last == 0 {
+		lastReply := r.journal.latest(until, keep)
+		if lastReply == 0 {
 			return
 		}
-		since = time.UnixMicro(max(since.UnixMicro(), last-lossTail.Microseconds()))
+		since = time.UnixMicro(max(since.UnixMicro(), lastReply-lossTail.Microseconds()))
 	}
 	lost := r.journal.since(since.UnixMicro(), until, keep)
 	var keys int
