@@ -119,6 +119,54 @@ func getEventually(t *testing.T, rdb redis.Cmdable, key, want string, retry func
 	}
 }
 
+// TestSentinelTilt: sentinels whose processes were starved for longer than
+// 2 s (here frozen) enter TILT, in which they fail nothing over; they leave
+// it after tiltPeriod rather than Sentinel's 30 s, so that a machine that
+// stalled does not fail a test that waits for a failover.
+func TestSentinelTilt(t *testing.T) {
+	t.Parallel()
+	s := redistest.Sentinel(t)
+	for _, p := range s.Sentinels() {
+		if err := p.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // the stall itself
+	for _, p := range s.Sentinels() {
+		if err := p.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each sentinel's timer (10 a second) finds the stall and tilts.
+	for _, addr := range s.SentinelAddrs() {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		for {
+			info, err := c.Info(t.Context(), "sentinel").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(info, "sentinel_tilt:1") {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling the sentinel's timer
+		}
+	}
+	m, err := s.Master()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := m.Addr()
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := s.WaitFailover(old, 15*time.Second); err != nil {
+		t.Fatalf("failover after the sentinels tilted: %v", err)
+	}
+	t.Logf("failed over %v after the kill, the sentinels in TILT at the kill", time.Since(start).Round(time.Millisecond))
+}
+
 func TestSentinelStop(t *testing.T) {
 	t.Parallel()
 	s := redistest.Sentinel(t)
