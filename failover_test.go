@@ -60,6 +60,7 @@ type foResult struct {
 	losses, recharged uint64          // the fleet's Stats.Reconcile.Losses and Recharged (micro-tokens)
 	tails             uint64          // the fleet's Stats.Reconcile.Tails
 	forgiven          uint64          // the fleet's Stats.Reconcile.Forgiven (micro-tokens)
+	credited          uint64          // the fleet's Stats.Reconcile.Credited (micro-tokens)
 	owed              float64         // tokens the bucket owes at the end: its debt, not repaid yet
 	overshoot         float64         // Limiter.Overshoot of the limit, for the fleet
 }
@@ -307,6 +308,7 @@ func failover(t *testing.T, topo foTopology, lim hybrid.Limit, fault string, ld 
 		res.tails += st.Tails
 		res.recharged += st.Recharged
 		res.forgiven += st.Forgiven
+		res.credited += st.Credited
 	}
 	res.overshoot = float64(lims[0].Overshoot(lim))
 	res.owed = owed(t, topo, lim, res.end)
@@ -435,11 +437,11 @@ func checkFailover(t *testing.T, lim hybrid.Limit, fault string, res foResult) {
 	if !res.degraded.IsZero() {
 		degradedFor = res.normal.Sub(res.degraded)
 	}
-	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%), %.0f owed at the end; %d heartbeats found writes lost, %d outages' tails charged, %.0f tokens charged again, %.0f forgiven",
+	t.Logf("%d decisions over %v, %d caller errors; promoted %v after the fault; degraded for %v, normal %v after the promotion; during the failover p99 %v, max %v; admitted %d (%d by the fallback) of B + R*T %.0f (%+.1f%%), %.0f owed at the end; %d heartbeats found writes lost, %d outages' tails charged, %.0f tokens charged again, %.0f forgiven, %.0f credited out of outages' pools",
 		len(res.decisions), span.Round(time.Millisecond), errs, res.promoted.Sub(res.fault).Round(time.Millisecond),
 		degradedFor.Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond),
 		p99.Round(time.Microsecond), worst.Round(time.Microsecond), admitted, fallback, bound, 100*(float64(admitted)/bound-1), res.owed,
-		res.losses, res.tails, float64(res.recharged)/1e6, float64(res.forgiven)/1e6)
+		res.losses, res.tails, float64(res.recharged)/1e6, float64(res.forgiven)/1e6, float64(res.credited)/1e6)
 	opened := make([]string, len(res.opened))
 	for i, d := range res.opened {
 		opened[i] = "-"
@@ -544,8 +546,8 @@ func TestFailoverMeasure(t *testing.T) {
 				open = max(open, d)
 			}
 			lastOpen = max(lastOpen, open)
-			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven, %d heartbeats found writes lost, %d tails, %.0f tokens charged again; breakers opened %v after the kill; slowest decision %v; promoted %v after the kill, normal %v after that",
-				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, res.tails, float64(res.recharged)/1e6, res.opened, worst.Round(time.Millisecond/10),
+			t.Logf("run %d: admitted %d of B + R*T %.0f (%.1f%%), %.0f owed at the end, %.0f forgiven, %d heartbeats found writes lost, %d tails, %.0f tokens charged again, %.0f credited; breakers opened %v after the kill; slowest decision %v; promoted %v after the kill, normal %v after that",
+				i+1, admitted, bound, 100*ratio, res.owed, float64(res.forgiven)/1e6, res.losses, res.tails, float64(res.recharged)/1e6, float64(res.credited)/1e6, res.opened, worst.Round(time.Millisecond/10),
 				res.promoted.Sub(res.fault).Round(time.Millisecond), res.normal.Sub(res.promoted).Round(time.Millisecond))
 			if float64(admitted) > bound+res.owed+float64(res.forgiven)/1e6+1 {
 				t.Errorf("run %d: admitted %d, above B + R*T %.0f and the %.0f owed at the end; admitted (by the fallback) each 500 ms from the start, the kill at %v: %s",

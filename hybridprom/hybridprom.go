@@ -87,7 +87,7 @@ type descs struct {
 	duplicates, doubtsExpired, resent                    *prometheus.Desc
 	fetches, fetchErrors, fetchTimeouts, heartbeatErrors *prometheus.Desc
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
-	tails                                                *prometheus.Desc
+	tails, credited                                      *prometheus.Desc
 	forgiven, window, pathRTT, hurried                   *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	refusals, refusing                                   *prometheus.Desc
@@ -136,6 +136,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		tails:            desc("redis_outage_tails_total", "Failovers seen after an outage, another server answering with this instance's last beat kept (a replica promoted in a dead master's place): what this instance's settlements took in their last moments before the outage was charged again."),
 		recharged:        desc("recharged_tokens_total", "Tokens charged again after Redis lost this instance's writes: what its settlements had taken since."),
 		forgiven:         desc("forgiven_tokens_total", "Tokens of consumption not charged, their buckets owing the debt's bound already (Config.MaxDebt): what the fleet may have admitted beyond the limit."),
+		credited:         desc("outage_credited_tokens_total", "Tokens of an outage's fallback admissions not charged when Redis was back, claimed out of the refill their buckets lost at the burst meanwhile (Config.ShareCredit)."),
 		batched:          desc("batched_settlements_total", "Settlements those round trips carried."),
 		hurried:          desc("hurried_settlements_total", "Settlements a round sent before their turn, in its next call, as requests waited for their keys."),
 		window:           desc("batch_window", "How many batches of requests (fetches, takes, exact decisions) may be on their way to a Redis node at once: it opens while the network is most of a round trip, and stays at 1 (2 for an instance alone) while Redis's work is. The node label is empty for a single Redis.", "node"),
@@ -190,7 +191,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.tails, d.recharged,
-		d.forgiven, d.window, d.pathRTT, d.hurried, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
+		d.forgiven, d.credited, d.window, d.pathRTT, d.hurried, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.ledgerKeys, d.ledgerBytes, d.ledgerUnknown, d.crowded,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
@@ -250,6 +251,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.tails, r.Tails)
 	ch <- prometheus.MustNewConstMetric(d.recharged, prometheus.CounterValue, float64(r.Recharged)/1e6)
 	ch <- prometheus.MustNewConstMetric(d.forgiven, prometheus.CounterValue, float64(r.Forgiven)/1e6)
+	ch <- prometheus.MustNewConstMetric(d.credited, prometheus.CounterValue, float64(r.Credited)/1e6)
 	counter(d.batched, r.Batched)
 	counter(d.hurried, r.Hurried)
 	counter(d.keyErrors, r.KeyErrors)

@@ -318,7 +318,7 @@ func (j *journal) pinned(now int64) bool {
 // itself through SettleNow (an Exact decision), took out of its bucket, as
 // its reply rep tells: if Redis loses that write, the instance charges it
 // again (see witnessed). It counts what the settlement's charge forgave
-// (Stats.Forgiven).
+// (Stats.Forgiven) and what an outage's pool credited (Stats.Credited).
 //
 // On a Redis Cluster the entry names the node the key's bucket is on now,
 // which answered the settlement (unless the layout changed in between): a
@@ -326,6 +326,9 @@ func (j *journal) pinned(now int64) bool {
 func (r *Reconciler) Took(sp *Spec, s *global.Settlement, rep *global.Reply) {
 	if rep.Forgiven > 0 {
 		r.stats.forgiven.Add(uint64(rep.Forgiven))
+	}
+	if rep.Credited > 0 {
+		r.stats.credited.Add(uint64(rep.Credited))
 	}
 	node := ""
 	if r.router != nil && rep.Err == nil {

@@ -183,6 +183,9 @@ func TestLostWritesCredited(t *testing.T) {
 		if claimed != 150*M {
 			t.Fatalf("claimed %d micro-tokens of the 150 tokens charged, want all", claimed)
 		}
+		if c := r.Stats().Credited; c != 150*M {
+			t.Fatalf("Stats.Credited %d after a charge whose claim was credited in full, want %d", c, 150*M)
+		}
 		time.Sleep(time.Second) // a beat after the charge, which the loss takes too
 		w.lose(cut)
 		time.Sleep(time.Second)

@@ -30,6 +30,7 @@ type counters struct {
 	losses, recharged      atomic.Uint64
 	tails                  atomic.Uint64
 	forgiven               atomic.Uint64
+	credited               atomic.Uint64
 	lastRound              atomic.Int64 // ns
 	byTransition           [nStates][nStates]atomic.Uint64
 	refusals               [global.Causes]atomic.Uint64
@@ -79,6 +80,7 @@ type Stats struct {
 	Tails           uint64        // outages after which another server answered with this instance's last beat kept, a replica promoted in a dead master's place: what this instance's settlements took in their last moments before it was charged again (see docs/failure.md)
 	Recharged       uint64        // micro-tokens charged again after those losses and outages: what this instance's settlements had taken since
 	Forgiven        uint64        // micro-tokens of consumption this instance's settlements did not charge, their buckets owing Config.MaxDebt's bound already: what the fleet may have admitted beyond B + R*T
+	Credited        uint64        // micro-tokens of an outage's admissions this instance's settlements did not charge, claimed back out of the refill their buckets lost at the burst meanwhile (Config.ShareCredit, see docs/failure.md)
 
 	// LocalAllowed counts the decisions allowed from keys' allowances:
 	// their spends (local.Allowance.SpendLeft), counted in each key's
@@ -167,6 +169,7 @@ func (r *Reconciler) Stats() Stats {
 		Tails:           r.stats.tails.Load(),
 		Recharged:       r.stats.recharged.Load(),
 		Forgiven:        r.stats.forgiven.Load(),
+		Credited:        r.stats.credited.Load(),
 		LocalAllowed:    r.stats.localAllowed.Load(),
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),
