@@ -185,6 +185,15 @@ func (p *Proc) Owned() bool { return p.owned }
 // p is not owned.
 func (p *Proc) Dir() string { return p.dir }
 
+// LogPath returns the file the server logs to, across restarts, or "" if p
+// is not owned.
+func (p *Proc) LogPath() string {
+	if p.dir == "" {
+		return ""
+	}
+	return filepath.Join(p.dir, logName)
+}
+
 // Kill sends SIGKILL to the server and waits for it to exit, like a crash.
 // Killing a server that is not running does nothing.
 func (p *Proc) Kill() error {
