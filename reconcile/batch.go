@@ -245,12 +245,18 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 		return refusal(replies)
 	})
 	end := r.clock.Now()
-	answered, waiting := len(batch), 0
-	if wave {
-		b.mu.Lock()
-		waiting = len(b.queue) // before its callers can ask again
-		b.mu.Unlock()
+	answered, alone := len(batch), r.alone()
+	b.mu.Lock()
+	// The window counts the requests outstanding before this batch's
+	// callers can ask again: one that did would be counted twice, on its
+	// way and waiting (see window.back).
+	waiting := len(b.queue)
+	if err == nil {
+		b.win.back(answered, waiting, end-start, end, alone)
+	} else {
+		b.win.failed(answered)
 	}
+	b.mu.Unlock()
 	for i, w := range batch {
 		w.rep, w.err = replies[i], err
 		if hasReply(&replies[i]) {
@@ -268,13 +274,7 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	if wave {
 		b.awaitWave(answered, waiting)
 	}
-	alone := r.alone()
 	b.mu.Lock()
-	if err == nil {
-		b.win.back(answered, len(b.queue), end-start, end, alone)
-	} else {
-		b.win.failed(answered)
-	}
 	if len(b.spare) < maxWindow {
 		b.spare = append(b.spare, batch)
 	}

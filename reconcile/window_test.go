@@ -91,3 +91,55 @@ func testBatchWindow(t *testing.T, delay, work, gap time.Duration, minWin, maxWi
 		t.Errorf("path %v, shorter than the round trip's %v", s.Nodes[0].PathRTT, delay)
 	}
 }
+
+// TestBatchWindowTwo: two requests of one instance in a fleet, each asked
+// again soon after it is answered (a handler's work between them), across
+// a network. Both are on their way at once: with one batch at a time they
+// take turns, each waiting for the other's round trip, and a decision
+// takes about two. The requests outstanding when a batch is back are two
+// on most batches and one on the few that come while the other request is
+// between asks; their average, about 1.9, is two that take turns.
+func TestBatchWindowTwo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			delay = 5 * time.Millisecond
+			think = 500 * time.Microsecond // between an answer and the next ask
+			asks  = 200                    // each
+		)
+		st := newStore()
+		st.live = 4
+		st.delay = delay
+		r := newReconciler(t, st, reconcile.Config{SyncInterval: time.Hour, Instances: 4})
+		defer r.Close(context.Background())
+		m, _ := global.Limit{Rate: 1e6, Burst: 1e6}.Micro()
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			took time.Duration // the second half's decisions, summed
+		)
+		for g := range 2 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(g) * delay / 3) // not in step
+				for i := range asks {
+					s := global.Settlement{Key: fmt.Sprint("k", g, "-", i), Limit: m, Want: M, MinGrant: M, Quantum: M}
+					start := time.Now()
+					if rep, err := r.SettleNow(context.Background(), s); err != nil || rep.Granted != M {
+						t.Errorf("ask %d: %+v, %v", i, rep, err)
+					}
+					if i >= asks/2 {
+						mu.Lock()
+						took += time.Since(start)
+						mu.Unlock()
+					}
+					time.Sleep(think)
+				}
+			})
+		}
+		wg.Wait()
+		mean := took / asks // two halves of asks
+		if mean > delay*5/4 {
+			s := r.Stats()
+			t.Errorf("a decision took %v on average, more than 1.25 round trips of %v (window %d)", mean, delay, s.Nodes[0].Window)
+		}
+	})
+}
