@@ -491,6 +491,43 @@ func TestNoScript(t *testing.T) {
 	})
 }
 
+// TestSettleFirstEval: a Limiter's first Settle sends the script's source,
+// not its hash, so that a new process's first call takes one round trip,
+// not two (EVALSHA answered NOSCRIPT, then EVAL); once the script ran, the
+// hash.
+func TestSettleFirstEval(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l := newLimiter(t, b)
+		batch := []global.Settlement{
+			{Key: "a", Limit: slow, Want: M, MinGrant: M},
+			{Key: "b", Limit: slow, Want: M, MinGrant: M},
+		}
+		replies := make([]global.Reply, len(batch))
+		n := 1 // one call carries the keys; on a Cluster, a call each
+		if l.Spread() {
+			n = len(batch)
+		}
+		b.log.take()
+		for i, want := range []string{fmt.Sprintf("eval=%d", n), fmt.Sprintf("evalsha=%d", n)} {
+			if err := l.Settle(ctx, batch, replies); err != nil {
+				t.Fatalf("Settle %d = %v", i, err)
+			}
+			for k, r := range replies {
+				if r.Err != nil || r.Granted != M {
+					t.Errorf("Settle %d: reply %d = %+v, want granted %d", i, k, r, M)
+				}
+			}
+			if got := b.log.take(); got != want {
+				t.Errorf("Settle %d sent %q, want %q", i, got, want)
+			}
+		}
+	})
+}
+
 // TestSettleSpread settles many keys in one call; on the cluster they are
 // spread over all three masters.
 func TestSettleSpread(t *testing.T) {
