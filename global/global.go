@@ -86,9 +86,11 @@ type Limiter struct {
 	script    *redis.Script
 	// loaded: a Settle call has found lua.Settle in Redis's script cache,
 	// or put it there. Until then Settle sends the source (EVAL) rather
-	// than the hash: a new process's first call would otherwise take a
-	// round trip more, its EVALSHA answered NOSCRIPT (a Redis across a
-	// network: 5 ms of a first decision's 25).
+	// than the hash: on a Redis that has not run the script since it
+	// started (a fleet's first start, an embedded Redis), the first call
+	// would otherwise take a round trip more, its EVALSHA answered
+	// NOSCRIPT. Where the script is cached already, the source costs Redis
+	// a hash of it, once a Limiter.
 	loaded  atomic.Bool
 	fleet   *redis.Script // lua.Heartbeat
 	witness *redis.Script // lua.Witness
