@@ -123,8 +123,7 @@ func (w *window) failed(n int) { w.wire -= n }
 // one on its way and one waiting when a batch is back, but one alone on
 // its way whenever a batch leaves; and a caller answered already might ask
 // again before it is counted, and be counted twice, waiting and on its
-// way (the ceiling of a third then closed the window of two requests to
-// one).
+// way (two requests counted three, whose third is one).
 func (w *window) back(n, queued int, rtt, now time.Duration, alone bool) {
 	out := (w.wire + queued) << 4
 	if w.load == 0 {
