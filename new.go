@@ -38,6 +38,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Limiter, error) {
 		MaxKeys:       cfg.MaxKeys,
 		ColdWait:      cfg.ColdWait,
 		MaxDebt:       cfg.MaxDebt,
+		RefillPace:    cfg.RefillPace,
 		ShareCredit:   cfg.Fallback.kind == localShare,
 		Instances:     cfg.Instances,
 		InstanceID:    cfg.InstanceID,

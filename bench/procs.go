@@ -99,8 +99,8 @@ func (s *shard) read(out io.Reader) {
 // coordinated through t's Redis only, as a fleet of services is. The parent
 // owns t: it measures the window on the Redis clock, takes Redis down for an
 // Outage and tells the shards when. Of sc.Config, the shards get
-// SyncInterval, LocalCapacity, MaxKeys, ColdWait, Instances and
-// Breaker.CallTimeout; the other fields take their defaults. progress, if
+// SyncInterval, LocalCapacity, MaxKeys, ColdWait, Instances, RefillPace
+// and Breaker.CallTimeout; the other fields take their defaults. progress, if
 // not nil, is called about once a second with the fleet's progress.
 func RunProcs(ctx context.Context, t *Target, sc Scenario, mode string, procs int, progress func(Progress)) (Report, error) {
 	sc, err := sc.withDefaults()

@@ -61,6 +61,7 @@ type shardScenario struct {
 	LocalCapacity int64         `json:"local_capacity"`
 	MaxKeys       int           `json:"max_keys"`
 	ColdWait      time.Duration `json:"cold_wait"`
+	RefillPace    time.Duration `json:"refill_pace,omitempty"`
 	Fleet         int           `json:"fleet"`
 	CallTimeout   time.Duration `json:"call_timeout"`
 }
@@ -72,7 +73,7 @@ func toShard(sc Scenario) shardScenario {
 		Seed: sc.Seed, Closed: sc.Closed, Passes: sc.Passes, Spread: sc.Spread, OutageAt: sc.Outage.At, OutageFor: sc.Outage.For,
 		SyncInterval: sc.Config.SyncInterval, LocalCapacity: sc.Config.LocalCapacity,
 		MaxKeys: sc.Config.MaxKeys, ColdWait: sc.Config.ColdWait, Fleet: sc.Config.Instances,
-		CallTimeout: sc.Config.Breaker.CallTimeout,
+		RefillPace: sc.Config.RefillPace, CallTimeout: sc.Config.Breaker.CallTimeout,
 	}
 }
 
@@ -84,7 +85,7 @@ func (s shardScenario) scenario() Scenario {
 	}
 	sc.Config = hybrid.Config{
 		SyncInterval: s.SyncInterval, LocalCapacity: s.LocalCapacity, MaxKeys: s.MaxKeys,
-		ColdWait: s.ColdWait, Instances: s.Fleet,
+		ColdWait: s.ColdWait, Instances: s.Fleet, RefillPace: s.RefillPace,
 	}
 	sc.Config.Breaker.CallTimeout = s.CallTimeout
 	return sc

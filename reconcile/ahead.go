@@ -71,19 +71,19 @@ func (r *Reconciler) Ahead(e *Entry, sp *Spec) bool {
 // token is more than that refill), a queue of the fleet's turns would hold
 // each instance's for as many seconds as the fleet has instances.
 func (r *Reconciler) crowded(sp *Spec) bool {
-	return sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load() < r.Refill(sp, 2*turnTime)
+	return sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load() < r.Refill(sp, 2*r.turnTime())
 }
 
 // brief reports whether a bucket of sp refills its whole burst within
 // aloneAhead.
 func (r *Reconciler) brief(sp *Spec) bool {
-	return sp.Limit.Burst < r.Refill(sp, aloneAhead)
+	return sp.Limit.Burst < r.Refill(sp, r.aloneAhead())
 }
 
 // aloneAhead is the longest a bucket may take to refill its burst for an
 // instance alone on its key to take its turns ahead (see Ahead): four
 // turnTimes, the delays a loaded host adds to a reply.
-const aloneAhead = 4 * turnTime
+func (r *Reconciler) aloneAhead() time.Duration { return 4 * r.turnTime() }
 
 // aheadGuard bounds how much smaller than its takers' turns a key's turns
 // taken ahead may be (see Ahead). A count of takers is noisy in a large
@@ -109,7 +109,7 @@ const aheadGuard = 16
 // does not admit in it: about N·S/4 at twice the key's rate, a fifth of
 // the burst (docs/tuning.md, "Fleet size").
 func (r *Reconciler) aheadTurn(sp *Spec) int64 {
-	g := min(r.Refill(sp, 2*turnTime), sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load())
+	g := min(r.Refill(sp, 2*r.turnTime()), sp.Limit.Burst/aheadShare[1]*aheadShare[0]/r.live.Load())
 	return max((g+local.Micro-1)/local.Micro*local.Micro, local.Micro)
 }
 

@@ -20,5 +20,5 @@ func SettleDue(r *Reconciler, e *Entry, sp *Spec, now time.Duration) bool {
 	return r.settleDue(e, sp, now)
 }
 
-// TurnTime is turnTime.
-const TurnTime = turnTime
+// TurnTime is turnTime at the default pace.
+const TurnTime = 2 * DefaultRefillPace

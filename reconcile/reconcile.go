@@ -45,6 +45,7 @@ const (
 	DefaultLocalCapacity     = 4096
 	DefaultHeartbeatInterval = time.Second
 	DefaultMaxDebt           = time.Minute
+	DefaultRefillPace        = time.Millisecond
 )
 
 // Config configures a Reconciler. A zero field means its documented default.
@@ -85,6 +86,18 @@ type Config struct {
 	// DefaultMaxDebt, a minute; any duration up to the burst's refill
 	// means the burst alone.
 	MaxDebt time.Duration
+	// RefillPace is how much of a saturated key's refill is asked of
+	// Redis at once: an instance alone on a lease or optimistic key whose
+	// allowance ran dry waits until the bucket has refilled RefillPace's
+	// worth of it (see Pace), and the instances that share a lease key
+	// take turns of 2·RefillPace's refill (see Due), so that a saturated
+	// key costs the fleet about one call per RefillPace, whatever its
+	// demand. Larger, such a key costs Redis fewer calls, and its tokens
+	// come in lumps of as much refill: a request waits for one (Wait, a
+	// RetryAfter) up to RefillPace longer than its token was due. The
+	// lumps are bounded as before, by half the burst and by the lease.
+	// 0 means DefaultRefillPace, 1ms.
+	RefillPace time.Duration
 	// ShareCredit reports that the fallback's local buckets are this
 	// instance's shares of the global ones (hybrid.LocalShare): what they
 	// admitted is charged with a claim of the refill they kept by being
@@ -255,7 +268,7 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
-	if cfg.SyncInterval < 0 || cfg.FirstRound < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 || cfg.MaxDebt < 0 {
+	if cfg.SyncInterval < 0 || cfg.FirstRound < 0 || cfg.LocalCapacity < 0 || cfg.ColdWait < 0 || cfg.Instances < 0 || cfg.HeartbeatInterval < 0 || cfg.MaxKeys < 0 || cfg.MaxDebt < 0 || cfg.RefillPace < 0 {
 		return nil, fmt.Errorf("%w: negative field in %+v", ErrConfig, cfg)
 	}
 	if cfg.SyncInterval == 0 {
@@ -275,6 +288,9 @@ func New(st Store, cfg Config) (*Reconciler, error) {
 	}
 	if cfg.MaxDebt == 0 {
 		cfg.MaxDebt = DefaultMaxDebt
+	}
+	if cfg.RefillPace == 0 {
+		cfg.RefillPace = DefaultRefillPace
 	}
 	if cfg.ColdWait == 0 {
 		cfg.ColdWait = cfg.Breaker.CallTimeout

@@ -297,7 +297,7 @@ func TestClose(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	for _, cfg := range []reconcile.Config{
-		{SyncInterval: -1}, {FirstRound: -1}, {LocalCapacity: -1}, {LocalCapacity: 1 << 32}, {MaxKeys: -1}, {Instances: -1}, {MaxDebt: -1},
+		{SyncInterval: -1}, {FirstRound: -1}, {LocalCapacity: -1}, {LocalCapacity: 1 << 32}, {MaxKeys: -1}, {Instances: -1}, {MaxDebt: -1}, {RefillPace: -1},
 	} {
 		if _, err := reconcile.New(newStore(), cfg); !errors.Is(err, reconcile.ErrConfig) {
 			t.Errorf("New(%+v) error = %v, want ErrConfig", cfg, err)

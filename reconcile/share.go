@@ -107,14 +107,15 @@ func (r *Reconciler) LeaseCap(e *Entry, sp *Spec) int64 {
 // the burst (rounded up), so that the fleet's leases hold no more: twice
 // the floor of n·R/B calls a second.
 func (r *Reconciler) turn(sp *Spec, n int64) int64 {
-	g := min(r.Refill(sp, turnTime), sp.Limit.Burst/(2*n))
+	g := min(r.Refill(sp, r.turnTime()), sp.Limit.Burst/(2*n))
 	return max((g+local.Micro-1)/local.Micro*local.Micro, local.Micro)
 }
 
 // turnTime is how often, at most, the fleet's turns at a lease key come
-// (see turn): about 500 calls a second for the key, wherever its fleet
-// holds less than half its burst that way.
-const turnTime = 2 * time.Millisecond
+// (see turn): twice the refill pace (Config.RefillPace), about 500 calls a
+// second for the key at the default pace, wherever its fleet holds less
+// than half its burst that way.
+func (r *Reconciler) turnTime() time.Duration { return 2 * r.cfg.RefillPace }
 
 // Due returns what e's lease bucket must hold, as its view v counts it and
 // refilled since, before a request that lacks need micro-tokens asks Redis
@@ -157,12 +158,13 @@ func (r *Reconciler) Due(e *Entry, sp *Spec, v local.View, need int64) int64 {
 // fleet about one round trip per fetchPace, unless one allowance is
 // refilled faster.
 func (r *Reconciler) Pace(sp *Spec, size, n int64) int64 {
-	return min(size, r.Refill(sp, fetchPace)*n, sp.Limit.Burst/2)
+	return min(size, r.Refill(sp, r.fetchPace())*n, sp.Limit.Burst/2)
 }
 
 // fetchPace paces the round trips of a saturated key (see Pace): about one
-// per fetchPace for the fleet, unless one allowance is refilled faster.
-const fetchPace = time.Millisecond
+// per fetchPace for the fleet, unless one allowance is refilled faster. It
+// is Config.RefillPace, 1ms by default.
+func (r *Reconciler) fetchPace() time.Duration { return r.cfg.RefillPace }
 
 // Fresh returns how long e's view answers for the bucket, so that a
 // request that its view holds back is denied here rather than sent to

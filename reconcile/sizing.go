@@ -173,7 +173,7 @@ func (r *Reconciler) Others(e *Entry, sp *Spec) int64 {
 // 1,024 instances cost 2.8 times the floor.
 func (r *Reconciler) settleDue(e *Entry, sp *Spec, now time.Duration) bool {
 	v := e.View()
-	return v.Seen == 0 || v.Age(now) >= min(r.staleAge(sp), time.Duration(r.live.Load())*turnTime)
+	return v.Seen == 0 || v.Age(now) >= min(r.staleAge(sp), time.Duration(r.live.Load())*r.turnTime())
 }
 
 // staleAge is the longest an optimistic key in use goes unsettled: the time

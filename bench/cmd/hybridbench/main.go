@@ -138,6 +138,7 @@ func run() error {
 	flag.DurationVar(&sc.Config.SyncInterval, "sync-interval", 0, "hybrid Config.SyncInterval (0: the default, 100ms)")
 	flag.Int64Var(&sc.Config.LocalCapacity, "local-capacity", 0, "hybrid Config.LocalCapacity in tokens (0: the default, 4096)")
 	flag.DurationVar(&sc.Config.ColdWait, "cold-wait", 0, "hybrid Config.ColdWait (0: the default, the breaker's call timeout)")
+	flag.DurationVar(&sc.Config.RefillPace, "refill-pace", 0, "hybrid Config.RefillPace (0: the default, 1ms)")
 	flag.DurationVar(&sc.Config.Breaker.CallTimeout, "call-timeout", 0, "hybrid Config.Breaker.CallTimeout, the least deadline of a call to Redis (0: the default, 50ms)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: hybridbench [flags]\n\nSimulates a fleet sharing a rate limit and compares the limiting modes.\n\n")
