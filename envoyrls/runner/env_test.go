@@ -144,10 +144,11 @@ func TestFlags(t *testing.T) {
 		{[]string{"-fallback", "FailClosed"}, func(c *runner.Config) { c.Fallback = hybrid.FailClosed }},
 		{[]string{"-fallback", "static:2.5,10"}, func(c *runner.Config) { c.Fallback = hybrid.Static(hybrid.Limit{Rate: 2.5, Burst: 10}) }},
 		{[]string{"-max-keys", "5000", "-max-series", "7", "-reload-interval", "250ms", "-redis-timeout", "20ms",
-			"-cold-wait", "30ms", "-drain-timeout", "3s"},
+			"-cold-wait", "30ms", "-refill-pace", "5ms", "-drain-timeout", "3s"},
 			func(c *runner.Config) {
 				c.MaxKeys, c.MaxSeries, c.ReloadInterval = 5000, 7, 250*time.Millisecond
 				c.RedisTimeout, c.ColdWait, c.DrainTimeout = 20*time.Millisecond, 30*time.Millisecond, 3*time.Second
+				c.RefillPace = 5 * time.Millisecond
 			}},
 	} {
 		cfg, err := runner.FromEnv(env)

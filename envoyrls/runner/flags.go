@@ -29,6 +29,7 @@ import (
 //	-reload-interval D   ReloadInterval
 //	-redis-timeout D     RedisTimeout
 //	-cold-wait D         ColdWait
+//	-refill-pace D       RefillPace
 //	-drain-timeout D     DrainTimeout
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigDir, "config", c.ConfigDir, "`DIR` of the configuration files, watched for changes")
@@ -45,6 +46,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", c.ReloadInterval, "how often the configuration directory is checked (0: 1s)")
 	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "least deadline of a Redis call (0: 50ms)")
 	fs.DurationVar(&c.ColdWait, "cold-wait", c.ColdWait, "longest a request waits for Redis (0: the Redis timeout)")
+	fs.DurationVar(&c.RefillPace, "refill-pace", c.RefillPace, "how much of a saturated descriptor's refill is asked of Redis at once (0: 50ms)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "longest the calls under way are drained at shutdown (0: 10s)")
 }
 

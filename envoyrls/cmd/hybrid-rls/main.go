@@ -12,8 +12,8 @@
 // -http ADDR, -debug ADDR, -mode lease|optimistic|exact, -fallback
 // localshare|failopen|failclosed|static:RATE,BURST, -independent, -max-keys N,
 // -max-series N, -reload-interval D, -redis-timeout D, -cold-wait D,
-// -drain-timeout D. docs/envoy.md has the settings, the metrics and an
-// Envoy configuration.
+// -refill-pace D, -drain-timeout D. docs/envoy.md has the settings, the
+// metrics and an Envoy configuration.
 //
 // SIGTERM or SIGINT stops it in order: unhealthy at once, then the calls
 // under way drain, then the Limiter settles with Redis. It exits 0 after a
