@@ -297,7 +297,13 @@ func runCell(t *testing.T, s settings, rdb *redis.Client, c cell) Result {
 	defer closeAll()
 
 	before, cpuBefore := redisStats(t, rdb)
+	svcBefore, svcErr := procCPU(p.cmd.Process.Pid)
+	loadBefore := selfCPU()
 	r := drive(conns, s, c)
+	r.LoadCPU = selfCPU() - loadBefore
+	if svcAfter, err := procCPU(p.cmd.Process.Pid); err == nil && svcErr == nil {
+		r.ServiceCPU = svcAfter - svcBefore
+	}
 	after, cpuAfter := redisStats(t, rdb)
 	var byCommand map[string]int64
 	byCommand, r.RedisCalls = callsSince(before, after)

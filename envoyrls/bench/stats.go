@@ -124,6 +124,8 @@ type Result struct {
 	RedisCalls            int64           // commandstats' delta, the bench's own left out
 	ScriptCalls           int64           // the calls of scripts among them
 	RedisCPU              time.Duration   // redis-server's CPU time meanwhile
+	ServiceCPU            time.Duration   // the service's process's, 0 where not measured
+	LoadCPU               time.Duration   // the bench's own process's: the callers
 
 	// Bound is B + R*T for the hot descriptor's bucket over Elapsed, 0
 	// for a workload without one.
@@ -174,17 +176,19 @@ func rttName(d time.Duration) string {
 // round trip comparing the services' means.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "redis\tworkload\tservice\trun\tdecisions/s\tp50 ms\tp99 ms\tp99.9 ms\tOK\tOVER_LIMIT\terrors\tcmds/decision\tscripts/decision\tredis cpu us/decision\tadmitted/(B+R*T)\t")
+	fmt.Fprintln(tw, "redis\tworkload\tservice\trun\tdecisions/s\tp50 ms\tp99 ms\tp99.9 ms\tOK\tOVER_LIMIT\terrors\tcmds/decision\tscripts/decision\tredis cpu us/decision\tservice cpu us/decision\tload cpu us/decision\tadmitted/(B+R*T)\t")
 	for _, r := range results {
 		bound := "-"
 		if r.Bound > 0 {
 			bound = fmt.Sprintf("%d/%.0f = %.3f", r.OK, r.Bound, float64(r.OK)/r.Bound)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.4f\t%.2f\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.4f\t%.2f\t%.2f\t%.2f\t%s\t\n",
 			rttName(r.RTT), r.Workload, r.Service, r.Repeat+1, r.Rate(),
 			ms(percentile(r.Latencies, 0.50)), ms(percentile(r.Latencies, 0.99)), ms(percentile(r.Latencies, 0.999)),
 			r.OK, r.OverLimit, r.Errors, r.PerDecision(), r.perDecision(float64(r.ScriptCalls)),
-			r.perDecision(float64(r.RedisCPU)/float64(time.Microsecond)), bound)
+			r.perDecision(float64(r.RedisCPU)/float64(time.Microsecond)),
+			r.perDecision(float64(r.ServiceCPU)/float64(time.Microsecond)),
+			r.perDecision(float64(r.LoadCPU)/float64(time.Microsecond)), bound)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
