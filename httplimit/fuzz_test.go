@@ -72,9 +72,15 @@ func inHeader(a netip.Addr, s string) bool {
 		}
 		run := s[i:j]
 		i = j
-		// A run may be the address alone, the address and a port, or an
-		// IPv6 address whose port follows a bracket (a separate run).
-		for _, cand := range []string{run, trimPort(run)} {
+		// A run may be the address alone, the address and a port, an
+		// IPv6 address whose port follows a bracket (a separate run), or
+		// an address and a zone of other bytes than a run's ("::%!"),
+		// which ends the run but not the element: the zone is dropped.
+		cands := []string{run, trimPort(run)}
+		if k := strings.IndexByte(run, '%'); k >= 0 {
+			cands = append(cands, run[:k])
+		}
+		for _, cand := range cands {
 			if b, err := netip.ParseAddr(cand); err == nil && b.Unmap().WithZone("") == a {
 				return true
 			}
