@@ -233,3 +233,29 @@ func ExampleLimiter_Reset() {
 	// third login: false
 	// after Reset: true
 }
+
+func ExampleLimiter_Warm() {
+	m, rdb := newRedis()
+	defer m.Close()
+	defer rdb.Close()
+
+	lim, err := hybrid.New(rdb, hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	// Before the service reports itself ready: the first requests then
+	// find the connection open and the script loaded. A Redis that does
+	// not answer is no reason not to start; the Limiter's fallback
+	// decides until it does.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := lim.Warm(ctx); err != nil {
+		fmt.Println("Redis not ready:", err)
+	}
+	res, _ := lim.Allow(context.Background(), "user:42", hybrid.Limit{Rate: 1, Burst: 1})
+	fmt.Println(res.Allowed)
+	// Output:
+	// true
+}

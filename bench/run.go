@@ -233,6 +233,11 @@ func (r *run) start(ctx context.Context) error {
 			return fmt.Errorf("bench: instance %d: %w", i, err)
 		}
 		in.dec = &hybridDecider{l: l, lim: r.lim}
+		if r.sc.Warm {
+			if err := l.Warm(ctx); err != nil {
+				return fmt.Errorf("bench: instance %d: %w", i, err)
+			}
+		}
 	}
 	if r.hybridMode() {
 		return r.waitFleet(ctx)

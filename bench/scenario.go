@@ -79,6 +79,11 @@ type Scenario struct {
 	// key. Keys * Passes * Spread asks in all. 0 or 1: each key is asked
 	// by one instance a pass, as Passes says.
 	Spread int
+	// Warm calls each hybrid Limiter's Warm before requests arrive (the
+	// settlement script loaded, a connection open), as a service that
+	// warms up before it reports itself ready; the peers start as they
+	// are. false: each Limiter's first decisions pay for that.
+	Warm bool
 }
 
 // Outage is a Redis outage in a run: from At after the first arrival, for

@@ -55,6 +55,7 @@ type shardScenario struct {
 	Closed        bool          `json:"closed"`
 	Passes        int           `json:"passes"`
 	Spread        int           `json:"spread,omitempty"`
+	Warm          bool          `json:"warm,omitempty"`
 	OutageAt      time.Duration `json:"outage_at"`
 	OutageFor     time.Duration `json:"outage_for"`
 	SyncInterval  time.Duration `json:"sync_interval"`
@@ -70,7 +71,7 @@ func toShard(sc Scenario) shardScenario {
 	return shardScenario{
 		Instances: sc.Instances, Duration: sc.Duration, Keys: sc.Keys, Dist: sc.Dist, ZipfS: sc.ZipfS,
 		Demand: sc.Demand, Rate: sc.Rate, Burst: sc.Burst, Cost: sc.Cost, Workers: sc.Workers,
-		Seed: sc.Seed, Closed: sc.Closed, Passes: sc.Passes, Spread: sc.Spread, OutageAt: sc.Outage.At, OutageFor: sc.Outage.For,
+		Seed: sc.Seed, Closed: sc.Closed, Passes: sc.Passes, Spread: sc.Spread, Warm: sc.Warm, OutageAt: sc.Outage.At, OutageFor: sc.Outage.For,
 		SyncInterval: sc.Config.SyncInterval, LocalCapacity: sc.Config.LocalCapacity,
 		MaxKeys: sc.Config.MaxKeys, ColdWait: sc.Config.ColdWait, Fleet: sc.Config.Instances,
 		RefillPace: sc.Config.RefillPace, CallTimeout: sc.Config.Breaker.CallTimeout,
@@ -81,7 +82,7 @@ func (s shardScenario) scenario() Scenario {
 	sc := Scenario{
 		Instances: s.Instances, Duration: s.Duration, Keys: s.Keys, Dist: s.Dist, ZipfS: s.ZipfS,
 		Demand: s.Demand, Rate: s.Rate, Burst: s.Burst, Cost: s.Cost, Workers: s.Workers,
-		Seed: s.Seed, Closed: s.Closed, Passes: s.Passes, Spread: s.Spread, Outage: Outage{At: s.OutageAt, For: s.OutageFor},
+		Seed: s.Seed, Closed: s.Closed, Passes: s.Passes, Spread: s.Spread, Warm: s.Warm, Outage: Outage{At: s.OutageAt, For: s.OutageFor},
 	}
 	sc.Config = hybrid.Config{
 		SyncInterval: s.SyncInterval, LocalCapacity: s.LocalCapacity, MaxKeys: s.MaxKeys,

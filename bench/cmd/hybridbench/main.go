@@ -139,6 +139,7 @@ func run() error {
 	flag.Int64Var(&sc.Config.LocalCapacity, "local-capacity", 0, "hybrid Config.LocalCapacity in tokens (0: the default, 4096)")
 	flag.DurationVar(&sc.Config.ColdWait, "cold-wait", 0, "hybrid Config.ColdWait (0: the default, the breaker's call timeout)")
 	flag.DurationVar(&sc.Config.RefillPace, "refill-pace", 0, "hybrid Config.RefillPace (0: the default, 1ms)")
+	flag.BoolVar(&sc.Warm, "warm", false, "call each hybrid Limiter's Warm before the run (script loaded, connection open)")
 	flag.DurationVar(&sc.Config.Breaker.CallTimeout, "call-timeout", 0, "hybrid Config.Breaker.CallTimeout, the least deadline of a call to Redis (0: the default, 50ms)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: hybridbench [flags]\n\nSimulates a fleet sharing a rate limit and compares the limiting modes.\n\n")
