@@ -209,8 +209,10 @@ func (s *Service) listen() error {
 	return nil
 }
 
-// startLimiter connects to Redis, or starts the embedded one, and starts
-// the Limiter.
+// startLimiter connects to Redis, or starts the embedded one, starts the
+// Limiter and warms it (its script loaded, a connection open), for at most
+// 2 s: a Redis that does not answer then is logged, and the fallback
+// decides until it does.
 func (s *Service) startLimiter() error {
 	var desc string
 	var err error
@@ -221,16 +223,6 @@ func (s *Service) startLimiter() error {
 	if s.mini != nil {
 		s.log.Warn("no Redis given (REDIS_URL unset, no -redis): buckets are kept in an embedded, in-memory Redis; "+
 			"the limits hold for this process alone and are lost when it stops", "redis", desc)
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
-			attrs := []any{"redis", desc, "err", err}
-			if r := s.cfg.Redis; r.Type == "single" && r.Network == "unix" && !strings.Contains(r.URL, "/") {
-				attrs = append(attrs, "hint", "REDIS_SOCKET_TYPE is unix (the original's default): set it to tcp for a host:port")
-			}
-			s.log.Warn("Redis does not answer; the fallback policy decides until it does", attrs...)
-		}
-		cancel()
 	}
 	s.lim, err = hybrid.New(s.rdb, hybrid.Config{
 		Prefix:     s.cfg.KeyPrefix,
@@ -243,6 +235,17 @@ func (s *Service) startLimiter() error {
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	// Before serving: the first calls then find a connection open and the
+	// script loaded, rather than wait for them (hybrid.Limiter.Warm).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.lim.Warm(ctx); err != nil {
+		attrs := []any{"redis", desc, "err", err}
+		if r := s.cfg.Redis; r.Type == "single" && r.Network == "unix" && !strings.Contains(r.URL, "/") {
+			attrs = append(attrs, "hint", "REDIS_SOCKET_TYPE is unix (the original's default): set it to tcp for a host:port")
+		}
+		s.log.Warn("Redis does not answer; the fallback policy decides until it does", attrs...)
 	}
 	s.log.Info("limiter started", "redis", desc, "key_prefix", s.cfg.KeyPrefix)
 	return nil
