@@ -94,7 +94,7 @@ type Config struct {
 	// per RefillPace, and its tokens come in lumps of that much refill.
 	// 0 means 50ms, the shortest refill of Envoy's own local rate limit:
 	// a route of 10,000 a second costs about 20 calls a second, where the
-	// library's default of 1ms costs 500 to 1,000.
+	// library's default of 1ms costs 170 to 450.
 	RefillPace time.Duration
 
 	// Independent decides each descriptor of a request on its own, as the
