@@ -502,30 +502,41 @@ func TestSettleFirstEval(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := newLimiter(t, b)
-		batch := []global.Settlement{
-			{Key: "a", Limit: slow, Want: M, MinGrant: M},
-			{Key: "b", Limit: slow, Want: M, MinGrant: M},
-		}
-		replies := make([]global.Reply, len(batch))
-		n := 1 // one call carries the keys; on a Cluster, a call each
-		if l.Spread() {
-			n = len(batch)
-		}
-		b.log.take()
-		for i, want := range []string{fmt.Sprintf("eval=%d", n), fmt.Sprintf("evalsha=%d", n)} {
-			if err := l.Settle(ctx, batch, replies); err != nil {
-				t.Fatalf("Settle %d = %v", i, err)
-			}
-			for k, r := range replies {
-				if r.Err != nil || r.Granted != M {
-					t.Errorf("Settle %d: reply %d = %+v, want granted %d", i, k, r, M)
-				}
-			}
-			if got := b.log.take(); got != want {
-				t.Errorf("Settle %d sent %q, want %q", i, got, want)
-			}
-		}
+		settle, n := sentBy(t, l, b)
+		settle("first", fmt.Sprintf("eval=%d", n))
+		settle("second", fmt.Sprintf("evalsha=%d", n))
 	})
+}
+
+// sentBy returns a function that settles two keys with l and checks that
+// both are granted and that l sent want (as b's log counts the commands),
+// and the number of calls a Settle of them makes: one, or on a Cluster one
+// a key.
+func sentBy(t *testing.T, l *global.Limiter, b backend) (settle func(what, want string), n int) {
+	batch := []global.Settlement{
+		{Key: "a", Limit: slow, Want: M, MinGrant: M},
+		{Key: "b", Limit: slow, Want: M, MinGrant: M},
+	}
+	replies := make([]global.Reply, len(batch))
+	n = 1
+	if l.Spread() {
+		n = len(batch)
+	}
+	b.log.take()
+	return func(what, want string) {
+		t.Helper()
+		if err := l.Settle(t.Context(), batch, replies); err != nil {
+			t.Fatalf("Settle %s = %v", what, err)
+		}
+		for k, r := range replies {
+			if r.Err != nil || r.Granted != M {
+				t.Errorf("Settle %s: reply %d = %+v, want granted %d", what, k, r, M)
+			}
+		}
+		if got := b.log.take(); got != want {
+			t.Errorf("Settle %s sent %q, want %q", what, got, want)
+		}
+	}, n
 }
 
 // TestSettleSpread settles many keys in one call; on the cluster they are
