@@ -39,6 +39,7 @@ const (
 	envWorkers     = "HYBRID_RLS_BENCH_WORKERS"
 	envRTT         = "HYBRID_RLS_BENCH_RTT"
 	envUsers       = "HYBRID_RLS_BENCH_USERS"
+	envCPUs        = "HYBRID_RLS_BENCH_CPUS"
 
 	// envProxy makes the test binary the latency proxy (runProxy): its
 	// value is the Redis address, envProxyRTT the round trip to add.
@@ -84,6 +85,7 @@ type settings struct {
 	duration                 time.Duration
 	repeats, workers, users  int
 	rtts                     []time.Duration
+	split                    bool // the load and the services on processors of their own (envCPUs)
 }
 
 // settingsFromEnv reads the settings, with their defaults.
@@ -121,6 +123,13 @@ func settingsFromEnv() (settings, error) {
 		}
 		*e.to = n
 	}
+	switch v := os.Getenv(envCPUs); v {
+	case "", "shared":
+	case "split":
+		s.split = true
+	default:
+		return s, fmt.Errorf("bench: %s=%q: want shared or split", envCPUs, v)
+	}
 	if v := os.Getenv(envRTT); v != "" {
 		s.rtts = nil
 		for f := range strings.SplitSeq(v, ",") {
@@ -138,12 +147,31 @@ func settingsFromEnv() (settings, error) {
 // prints the table. It skips unless HYBRID_RLS_BENCH=1.
 func TestCompare(t *testing.T) {
 	s, bin, env := prepare(t, "to compare hybrid-rls with envoyproxy/ratelimit")
+	cpus := "shared by the load, the services and Redis"
+	var sp *split
+	if s.split {
+		var err error
+		if sp, err = newSplit(); err != nil {
+			t.Fatal(err)
+		}
+		restore, err := sp.pinSelf()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(restore)
+		cpus = sp.String()
+	}
 
 	srv, err := redistest.Start(redistest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
+	if sp != nil {
+		if err := sp.pinService(srv.Pid()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: redistest.LoopbackDialer(5 * time.Second)})
 	t.Cleanup(func() { rdb.Close() })
 
@@ -163,7 +191,7 @@ func TestCompare(t *testing.T) {
 				for _, name := range order {
 					r := runCell(t, s, rdb, cell{
 						service: name, bin: bin[name], env: env, redis: addr,
-						workload: workload, rtt: rtt, repeat: rep,
+						workload: workload, rtt: rtt, repeat: rep, cpus: sp,
 					})
 					t.Logf("%s %s %s run %d: %.0f decisions/s, %d OK, %d OVER_LIMIT, %d errors",
 						rttName(rtt), workload, name, rep+1, r.Rate(), r.OK, r.OverLimit, r.Errors)
@@ -173,7 +201,7 @@ func TestCompare(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d workers, %v a cell, GOMAXPROCS of the load %d, %d cores\n\n", s.workers, s.duration, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Fprintf(&b, "%d workers, %v a cell, GOMAXPROCS of the load %d, %d cores, %s\n\n", s.workers, s.duration, runtime.GOMAXPROCS(0), runtime.NumCPU(), cpus)
 	if err := WriteTable(&b, results); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +308,7 @@ type cell struct {
 	workload     string
 	rtt          time.Duration
 	repeat       int
+	cpus         *split // the processors to pin the service to; nil: shared
 }
 
 // runCell empties Redis, starts the service, drives it for s.duration
@@ -295,6 +324,13 @@ func runCell(t *testing.T, s settings, rdb *redis.Client, c cell) Result {
 	defer p.stop(t)
 	conns, closeAll := connect(t, p)
 	defer closeAll()
+	if c.cpus != nil {
+		// Again, now that it serves: threads its start made while it was
+		// first pinned may have kept the load's processors.
+		if err := c.cpus.pinService(p.cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	before, cpuBefore := redisStats(t, rdb)
 	svcBefore, svcErr := procCPU(p.cmd.Process.Pid)
@@ -357,10 +393,19 @@ func startService(t *testing.T, c cell) *service {
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
 		"PATH="+os.Getenv("PATH"), "HOME="+os.Getenv("HOME"),
 	)
+	if c.cpus != nil {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(c.cpus.serviceProcs()))
+	}
 	p := &service{name: c.service, cmd: cmd, grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), log: &logbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", c.service, err)
+	}
+	if c.cpus != nil {
+		if err := c.cpus.pinService(cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("pinning %s: %v", c.service, err)
+		}
 	}
 	go func() {
 		p.err = cmd.Wait()

@@ -31,6 +31,10 @@
 //	HYBRID_RLS_BENCH_WORKERS=32   concurrent callers, each waiting for its answer
 //	HYBRID_RLS_BENCH_RTT=0,1ms    round trips added between the services and Redis
 //	HYBRID_RLS_BENCH_USERS=100000 the per-user workload's ids
+//	HYBRID_RLS_BENCH_CPUS=shared  shared: the load, the services and Redis share the
+//	                              processors; split: the load (and the latency proxy)
+//	                              on the first half, the services and Redis on the rest,
+//	                              as where Envoy runs on other hosts (Linux; TestCompare)
 //
 // Only loopback addresses are used.
 package bench

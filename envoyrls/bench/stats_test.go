@@ -2,8 +2,6 @@ package bench
 
 import (
 	"maps"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -116,35 +114,5 @@ func TestWriteTable(t *testing.T) {
 	}
 	if strings.Count(out, "B tail") != 1 {
 		t.Errorf("WriteTable() compares a cell with one service:\n%s", out)
-	}
-}
-
-func TestStatCPU(t *testing.T) {
-	// A command with a space and a parenthesis; utime 250, stime 70 ticks.
-	stat := "4242 (hybrid rls) x) S 1 4242 4242 0 -1 4194560 1543 0 0 0 250 70 0 0 20 0 9 0 12345 1000 300 18446744073709551615\n"
-	got, err := statCPU(stat)
-	if err != nil || got != 3200*time.Millisecond {
-		t.Errorf("statCPU = %v, %v; want 3.2s", got, err)
-	}
-	for _, bad := range []string{"", "4242 (x", "4242 (x) S 1 2", "4242 (x) S 1 4242 4242 0 -1 4194560 1543 0 0 0 u 70 0"} {
-		if _, err := statCPU(bad); err == nil {
-			t.Errorf("statCPU(%q): no error", bad)
-		}
-	}
-}
-
-func TestProcCPU(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
-	start := time.Now()
-	for time.Since(start) < 30*time.Millisecond { // spin: CPU time to see
-	}
-	got, err := procCPU(os.Getpid())
-	if err != nil || got <= 0 {
-		t.Errorf("procCPU(self) = %v, %v; want some", got, err)
-	}
-	if self := selfCPU(); self < got-clockTick {
-		t.Errorf("selfCPU = %v, below procCPU's %v", self, got)
 	}
 }
