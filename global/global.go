@@ -257,6 +257,11 @@ func parseReply(v any, burst, want, consumed int64, dedup bool) (Reply, error) {
 		}
 		x[i] = n
 	}
+	return parseInts(&x, burst, want, consumed, dedup)
+}
+
+// parseInts is parseReply for a reply read as integers already.
+func parseInts(x *[replyLen]int64, burst, want, consumed int64, dedup bool) (Reply, error) {
 	granted, tokens, now, reset, dup, forgiven, credited := x[0], x[1], x[2], x[3], x[4], x[5], x[6]
 	switch {
 	case granted < 0 || granted > want:

@@ -205,8 +205,9 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 				stride = 12
 			}
 		}
+		var bx boxes
 		for _, j := range c.idx {
-			c.args = batch[j].appendArgsN(c.args, stride)
+			c.args = batch[j].appendBoxed(c.args, stride, &bx)
 		}
 	}
 	l.send(ctx, calls, func(c *call) bool { return true })
@@ -226,15 +227,13 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	nfailed := 0
 	for i := range calls {
 		c := &calls[i]
-		v, err := c.cmd.Result()
-		var a []any
+		a, err := c.cmd.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			err = fmt.Errorf("%w: got nil, want %d integers", ErrReply, replyLen*len(c.idx))
 		case err == nil:
-			var ok bool
-			if a, ok = v.([]any); !ok || len(a) != replyLen*len(c.idx) {
-				err = fmt.Errorf("%w: got %T of %d, want %d integers", ErrReply, v, len(a), replyLen*len(c.idx))
+			if len(a) != replyLen*len(c.idx) {
+				err = fmt.Errorf("%w: got %d integers, want %d", ErrReply, len(a), replyLen*len(c.idx))
 			}
 		case !isReply(err):
 			if failed == nil {
@@ -246,7 +245,7 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 			s := &batch[j]
 			err := err
 			if err == nil {
-				replies[j], err = parseReply(a[replyLen*k:replyLen*(k+1)], s.Limit.Burst, s.Want, s.Consumed, s.Seq > 0)
+				replies[j], err = parseInts((*[replyLen]int64)(a[replyLen*k:]), s.Limit.Burst, s.Want, s.Consumed, s.Seq > 0)
 			}
 			if err != nil {
 				replies[j] = Reply{Err: fmt.Errorf("global: settle %q: %w", s.Key, err)}
@@ -297,7 +296,7 @@ const maxCallKeys = 100
 type call struct {
 	idx  []int
 	args []any // the command: "evalsha", the hash, the keys' count, the keys, their arguments
-	cmd  *redis.Cmd
+	cmd  *redis.IntSliceCmd
 }
 
 // send sends the calls for which pick is true, with EVALSHA the first time
@@ -305,7 +304,7 @@ type call struct {
 // EVAL the first time too while the script is not known to be loaded.
 func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool) {
 	var pipe redis.Pipeliner
-	var cmds []*redis.Cmd
+	var cmds []*redis.IntSliceCmd
 	for i := range calls {
 		c := &calls[i]
 		if !pick(c) {
@@ -320,8 +319,11 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 			args[0], args[1] = "eval", lua.Settle
 		}
 		// As redis.Script's EvalSha and Eval make it, without copying the
-		// arguments again.
-		c.cmd = redis.NewCmd(ctx, args...)
+		// arguments again. The reply is read as integers, not each boxed
+		// in an interface: one that holds anything else fails the call
+		// as a connection whose stream cannot be read would (go-redis
+		// drops the connection), rather than as a reply (ErrReply).
+		c.cmd = redis.NewIntSliceCmd(ctx, args...)
 		c.cmd.SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, c.cmd) // queued; its outcome comes with Exec
 		cmds = append(cmds, c.cmd)
@@ -352,11 +354,16 @@ func (s *Settlement) appendArgs(a []any) []any {
 // appendArgsN appends the script's first n arguments for s (8, 10 or 12)
 // to a, as a call of many keys takes them (10 or 12 each): without a Seq,
 // an empty instance and seq 0; without a Since, since 0 and claim 0.
-func (s *Settlement) appendArgsN(a []any, n int) []any {
-	a = append(a, s.Limit.Rate, s.Limit.Burst, s.Consumed, s.Returned, s.Want, s.MinGrant, max(s.Quantum, 1), s.debt())
+func (s *Settlement) appendArgsN(a []any, n int) []any { return s.appendBoxed(a, n, nil) }
+
+// appendBoxed is appendArgsN with the integers boxed through bx (nil: each
+// on its own).
+func (s *Settlement) appendBoxed(a []any, n int, bx *boxes) []any {
+	a = append(a, bx.box(s.Limit.Rate), bx.box(s.Limit.Burst), bx.box(s.Consumed), bx.box(s.Returned),
+		bx.box(s.Want), bx.box(s.MinGrant), bx.box(max(s.Quantum, 1)), bx.box(s.debt()))
 	if n >= 10 {
 		if s.Seq > 0 {
-			a = append(a, s.Instance, s.Seq)
+			a = append(a, bx.instance(s.Instance), s.Seq)
 		} else {
 			a = append(a, "", 0)
 		}
@@ -368,6 +375,54 @@ func (s *Settlement) appendArgsN(a []any, n int) []any {
 			a = append(a, s.Since.UnixMicro(), s.Claim)
 		}
 	}
+	return a
+}
+
+// boxes holds the interface values of the integers a call's arguments
+// repeat, so that each is boxed once a call rather than once a key: the
+// keys of a batch mostly share their limit (rate, burst and debt) and
+// their want, and an int64 of 256 or more in an interface is an
+// allocation (these were three of a cold decision's twenty).
+type boxes struct {
+	v    [4]int64
+	a    [4]any
+	n    int // values held
+	next int // the slot the next new value takes once all are held
+	id   any // the last instance boxed, or nil
+}
+
+// instance returns id in an interface, the one boxed before if it was the
+// last: the settlements of a round all carry their instance's.
+func (bx *boxes) instance(id string) any {
+	if bx == nil {
+		return id
+	}
+	if last, ok := bx.id.(string); ok && last == id {
+		return bx.id
+	}
+	bx.id = id
+	return bx.id
+}
+
+// box returns v in an interface, the one boxed before if bx holds v. A nil
+// bx boxes each value on its own.
+func (bx *boxes) box(v int64) any {
+	if bx == nil || v >= 0 && v < 256 { // small values box without allocating
+		return v
+	}
+	for i := range bx.n {
+		if bx.v[i] == v {
+			return bx.a[i]
+		}
+	}
+	var a any = v
+	i := bx.n
+	if i == len(bx.v) {
+		i, bx.next = bx.next, (bx.next+1)%len(bx.v)
+	} else {
+		bx.n++
+	}
+	bx.v[i], bx.a[i] = v, a
 	return a
 }
 
@@ -451,7 +506,7 @@ var errNotSent = errors.New("not sent")
 // errNotSent. go-redis leaves the commands so when the connection could not
 // be set up because Redis answered with an error (a wrong password, too
 // many clients): its reply must not read as the commands' own.
-func markNotSent(cmds []*redis.Cmd, execErr error) {
+func markNotSent(cmds []*redis.IntSliceCmd, execErr error) {
 	if execErr == nil {
 		return
 	}
