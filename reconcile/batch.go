@@ -54,6 +54,11 @@ type waiter struct {
 	rep  global.Reply
 	err  error // the batch's own: the breaker refused it, or no reply came
 	done chan struct{}
+	// queued reports that the settlement found the node's window full and
+	// waited for a batch on its way to come back, from the clock reading
+	// at (Stats.Queued, QueueWait).
+	queued bool
+	at     time.Duration
 }
 
 // SettleNow settles s through the batch of the node that holds s.Key, and
@@ -166,6 +171,7 @@ func (r *Reconciler) settleWait(ctx context.Context, s global.Settlement, timeou
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
 	if !b.win.allows(b.flights, r.alone()) {
+		w.queued, w.at = true, r.clock.Now()
 		b.mu.Unlock()
 	} else if b.flights++; timeout == nil || r.callTimeout <= r.cfg.ColdWait {
 		batch := b.take()
@@ -238,6 +244,12 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 	r.stats.batches.Add(1)
 	r.stats.batched.Add(uint64(len(batch)))
 	start := r.clock.Now()
+	for _, w := range batch {
+		if w.queued {
+			r.stats.queued.Add(1)
+			r.stats.queueWait.observe(start - w.at)
+		}
+	}
 	err := r.call(context.Background(), n, len(sets), func(ctx context.Context) error {
 		if err := r.st.Settle(ctx, sets, replies); err != nil {
 			return err

@@ -23,8 +23,9 @@ import (
 // a fleet), the other requests for other keys wait and go in one Settle
 // call, sent as soon as the first is back; each gets its own reply. One
 // caller that gives up gets its context's error and leaves the others'
-// decisions alone. An idle Reconciler sends a request's settlement at
-// once, alone.
+// decisions alone. Those that waited are counted, with how long (Queued,
+// QueueWait). An idle Reconciler sends a request's settlement at once,
+// alone.
 func TestBatch(t *testing.T) {
 	for _, instances := range []int{1, 2} {
 		t.Run(fmt.Sprint("instances=", instances), func(t *testing.T) { testBatch(t, instances) })
@@ -69,6 +70,8 @@ func testBatch(t *testing.T, instances int) {
 		}
 		cancel()
 		synctest.Wait()
+		const hold = 2 * time.Millisecond // the first batches on their way
+		time.Sleep(hold)
 		st.mu.Lock()
 		st.gate = nil
 		st.mu.Unlock()
@@ -97,8 +100,15 @@ func testBatch(t *testing.T, instances int) {
 		if got, _ := st.get("k7"); got != 2*M {
 			t.Errorf("k7 holds %d, want %d: applied in its batch", got, 2*M)
 		}
-		if s := r.Stats(); s.Batches != uint64(flights+1) || s.Batched != n {
+		s := r.Stats()
+		if s.Batches != uint64(flights+1) || s.Batched != n {
 			t.Errorf("Stats: %d batches of %d settlements, want %d of %d", s.Batches, s.Batched, flights+1, n)
+		}
+		// The waiting ones (the one that gave up too: it went in its
+		// batch) waited for the first batches, the hold and more.
+		if queued := uint64(n - flights); s.Queued != queued || s.QueueWait.Count != queued ||
+			s.QueueWait.Sum < time.Duration(queued)*hold || s.QueueWait.Max < hold {
+			t.Errorf("Stats: %d queued, waits %+v; want %d, each %v at least", s.Queued, s.QueueWait, queued, hold)
 		}
 
 		// Idle: a request goes at once, alone.
@@ -110,6 +120,9 @@ func testBatch(t *testing.T, instances int) {
 		st.mu.Unlock()
 		if last != 1 {
 			t.Errorf("an idle request went in a Settle of %d", last)
+		}
+		if q := r.Stats().Queued; q != s.Queued {
+			t.Errorf("an idle request counted as queued: %d, was %d", q, s.Queued)
 		}
 	})
 }

@@ -26,6 +26,7 @@ type counters struct {
 	resets                 atomic.Uint64
 	localAllowed           atomic.Uint64
 	batches, batched       atomic.Uint64
+	queued                 atomic.Uint64
 	hurried                atomic.Uint64
 	losses, recharged      atomic.Uint64
 	tails                  atomic.Uint64
@@ -37,6 +38,7 @@ type counters struct {
 	heard                  atomic.Int64 // live instances the last heartbeat counted
 	unsettled              atomic.Int64 // micro-tokens the last regular round could not charge
 	roundTrip              histogram
+	queueWait              histogram
 
 	// The last Redis clock reading: written by the loop goroutine alone.
 	clockSamples atomic.Uint64
@@ -74,6 +76,7 @@ type Stats struct {
 	InFlight        int           // settlements of the round under way not answered yet (orphans it took included)
 	Batches         uint64        // round trips that carried the settlements requests needed at once (fetches, takes, exact decisions): see Batched
 	Batched         uint64        // settlements those round trips carried: Batched/Batches is how many went together
+	Queued          uint64        // settlements of those round trips that waited for a batch on its way to come back before theirs could leave (the node's window full): see QueueWait
 	Hurried         uint64        // settlements a round sent before their turn, in its next call, as requests waited for their keys (see AwaitRound)
 	Pressured       uint64        // calls that timed out while Redis answered others: a busy Redis, not counted as failures by the breakers
 	Losses          uint64        // heartbeats that found Redis had lost this instance's writes (a failover to a replica that lagged, a restart)
@@ -122,6 +125,11 @@ type Stats struct {
 	// RoundTrip is the distribution of the durations of the settlement
 	// calls of the rounds that Redis answered.
 	RoundTrip Histogram
+	// QueueWait is the distribution of how long the Queued settlements
+	// waited for their batch to leave: what a request's answer took beyond
+	// its own round trip because others were on their way (see
+	// NodeState.Window).
+	QueueWait Histogram
 	// RTT and Skew are measured on the last round trip that carried Redis
 	// TIME (a settlement call of a round, or a heartbeat): RTT is its
 	// duration, Skew is Redis TIME minus this host's time at the middle of
@@ -164,6 +172,7 @@ func (r *Reconciler) Stats() Stats {
 		InFlight:        int(inFlight),
 		Batches:         r.stats.batches.Load(),
 		Batched:         r.stats.batched.Load(),
+		Queued:          r.stats.queued.Load(),
 		Hurried:         r.stats.hurried.Load(),
 		Losses:          r.stats.losses.Load(),
 		Tails:           r.stats.tails.Load(),
@@ -174,6 +183,7 @@ func (r *Reconciler) Stats() Stats {
 		Live:            r.stats.heard.Load(),
 		Unsettled:       r.stats.unsettled.Load(),
 		RoundTrip:       r.stats.roundTrip.snapshot(),
+		QueueWait:       r.stats.queueWait.snapshot(),
 		RTT:             time.Duration(r.stats.rtt.Load()),
 		Skew:            time.Duration(r.stats.skew.Load()),
 		ClockSamples:    r.stats.clockSamples.Load(),
@@ -254,8 +264,8 @@ type Histogram struct {
 // Bounds returns the upper bounds of h's buckets, ascending: 250µs to 1s.
 func (h *Histogram) Bounds() []time.Duration { return append([]time.Duration(nil), bounds[:]...) }
 
-// histogram is a Histogram updated atomically. Observations come from one
-// goroutine; snapshots may be taken from any.
+// histogram is a Histogram updated atomically: observations and snapshots
+// may come from any goroutine.
 type histogram struct {
 	counts [len(bounds) + 1]atomic.Uint64
 	count  atomic.Uint64
