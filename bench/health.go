@@ -52,6 +52,13 @@ type Health struct {
 	// the settlements they carried (Reconcile.Batches, Batched).
 	Batches uint64 `json:"batches"`
 	Batched uint64 `json:"batched"`
+	// Queued counts the settlements of those that waited for a batch on
+	// its way to come back before theirs could leave, QueueWaitSum how
+	// long in all and QueueWaitMax the longest (Reconcile.Queued,
+	// QueueWait).
+	Queued       uint64        `json:"queued"`
+	QueueWaitSum time.Duration `json:"queue_wait_sum_ns"`
+	QueueWaitMax time.Duration `json:"queue_wait_max_ns"`
 	// Window is the largest window of batches of any instance's node at
 	// the end of the run, PathRTT the least round trip of late any
 	// instance measured of its batches (Reconcile.Nodes).
@@ -83,6 +90,9 @@ func (h *Health) observe(st hybrid.Stats) {
 	h.RoundTripMax = max(h.RoundTripMax, rc.RoundTrip.Max)
 	h.Batches += rc.Batches
 	h.Batched += rc.Batched
+	h.Queued += rc.Queued
+	h.QueueWaitSum += rc.QueueWait.Sum
+	h.QueueWaitMax = max(h.QueueWaitMax, rc.QueueWait.Max)
 	for _, n := range rc.Nodes {
 		h.window(n.Window, n.PathRTT, n.BatchRTT)
 	}
@@ -116,6 +126,9 @@ func (h *Health) add(o Health) {
 	h.RoundTripMax = max(h.RoundTripMax, o.RoundTripMax)
 	h.Batches += o.Batches
 	h.Batched += o.Batched
+	h.Queued += o.Queued
+	h.QueueWaitSum += o.QueueWaitSum
+	h.QueueWaitMax = max(h.QueueWaitMax, o.QueueWaitMax)
 	h.window(o.Window, o.PathRTT, o.BatchRTT)
 }
 
@@ -125,7 +138,7 @@ func (h *Health) errors() uint64 {
 }
 
 // healthHeader names WriteHealth's columns.
-const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened\tbatch\twindow\tpath rtt\tbatch rtt"
+const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened\tbatch\twindow\tpath rtt\tbatch rtt\tqueued\twait\twait max"
 
 // WriteHealth writes, for the reports of hybrid modes (those with a
 // Health), one row each of what their Limiters counted of their calls to
@@ -137,7 +150,9 @@ const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tf
 // breakers' transitions, those to open apart, and the batches of requests:
 // how many went together on average (batch), the largest window of batches
 // at the end (window), the least round trip of a batch of late (path rtt)
-// and the largest smoothed one (batch rtt). The table follows an empty
+// and the largest smoothed one (batch rtt), and the share of those
+// settlements that waited for a batch on its way to come back (queued),
+// with the mean and longest wait of those. The table follows an empty
 // line, to come under another; WriteHealth writes nothing if no report has
 // a Health.
 func WriteHealth(w io.Writer, reports []Report) error {
@@ -172,10 +187,17 @@ func WriteHealth(w io.Writer, reports []Report) error {
 		if h.PathRTT > 0 {
 			path, brtt = fmtDuration(h.PathRTT), fmtDuration(h.BatchRTT)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
+		queued, wait, waitMax := "-", "-", "-"
+		if h.Batched > 0 {
+			queued = fmt.Sprintf("%.1f%%", 100*float64(h.Queued)/float64(h.Batched))
+		}
+		if h.Queued > 0 {
+			wait, waitMax = fmtDuration(h.QueueWaitSum/time.Duration(h.Queued)), fmtDuration(h.QueueWaitMax)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Mode, mean, longest, h.RoundErrors, h.KeyErrors, h.FetchErrors, h.FetchTimeouts,
 			h.Unanswered, h.HeartbeatErrors, h.ExactErrors, h.Pressured, h.Uncertain, h.Transitions, h.Opened,
-			batch, window, path, brtt)
+			batch, window, path, brtt, queued, wait, waitMax)
 	}
 	return tw.Flush()
 }
