@@ -82,6 +82,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -146,6 +147,7 @@ func run() error {
 		flag.PrintDefaults()
 	}
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof reads it)")
+	traceFile := flag.String("trace", "", "write an execution trace of the whole run to `file` (go tool trace reads it)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -160,6 +162,17 @@ func run() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if sc.Passes > 0 {
 		if *outage != "" {
