@@ -268,8 +268,8 @@ func parseInts(x *[replyLen]int64, burst, want, consumed int64, dedup bool) (Rep
 		return Reply{}, fmt.Errorf("%w: granted %d is outside [0, %d]", ErrReply, granted, want)
 	case tokens < -MaxDebt || tokens > burst:
 		return Reply{}, fmt.Errorf("%w: tokens %d is outside [-2^50, %d]", ErrReply, tokens, burst)
-	case now < 0 || now > maxAmount:
-		return Reply{}, fmt.Errorf("%w: time %d µs is outside [0, 2^53)", ErrReply, now)
+	case now <= 0 || now > maxAmount: // Redis TIME is never 0; a nil read as an integer is
+		return Reply{}, fmt.Errorf("%w: time %d µs is outside (0, 2^53)", ErrReply, now)
 	case reset != 0 && reset != 1:
 		return Reply{}, fmt.Errorf("%w: reset %d is neither 0 nor 1", ErrReply, reset)
 	case dup < 0 || dup > 2:

@@ -22,7 +22,8 @@ func TestParseReply(t *testing.T) {
 		ok    bool
 	}{
 		{"valid", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0), i(0)}, false, true},
-		{"valid debt", []any{i(0), i(-burst), i(0), i(0), i(0), i(0), i(0)}, false, true},
+		{"valid debt", []any{i(0), i(-burst), i(now), i(0), i(0), i(0), i(0)}, false, true},
+		{"time 0 (a nil read as an integer)", []any{i(0), i(-burst), i(0), i(0), i(0), i(0), i(0)}, false, false},
 		{"valid reset", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0), i(0)}, false, true},
 		{"valid with a seq", []any{i(want), i(9_000_000), i(now), i(0), i(0), i(0), i(0)}, true, true},
 		{"valid reset with a seq", []any{i(want), i(burst - want), i(now), i(1), i(0), i(0), i(0)}, true, true},

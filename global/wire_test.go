@@ -83,3 +83,59 @@ func TestSettleWireReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleWireNotIntegers: a reply that holds what go-redis cannot read
+// as an integer (a string of other than digits, an array) fails its call,
+// as a stream that cannot be read would: each key gets the call's error,
+// not a reply's (ErrReply), and Settle says the keys got no reply. A nil
+// reads as 0, which no reply's time is: that key's reply is garbled.
+func TestSettleWireNotIntegers(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	ints := func(n int) string {
+		s := ""
+		for range n {
+			s += fmt.Sprintf(":%d\r\n", now)
+		}
+		return s
+	}
+	for name, raw := range map[string]string{
+		"a string first": "*21\r\n$1\r\nx\r\n" + ints(20),
+		"a string last":  "*21\r\n" + ints(20) + "$2\r\nab\r\n",
+		"an array":       "*21\r\n*1\r\n:1\r\n" + ints(20),
+	} {
+		l, stop := wireLimiter(t, []byte(raw))
+		replies := make([]Reply, len(wireBatch))
+		err := l.Settle(context.Background(), wireBatch, replies)
+		stop()
+		if err == nil {
+			t.Errorf("%s: Settle = nil, want the call's error", name)
+		}
+		for i, r := range replies {
+			if r.Err == nil || errors.Is(r.Err, ErrReply) || r.Granted != 0 || !r.Now.IsZero() {
+				t.Errorf("%s: reply %d = %+v, want the call's error, not %v", name, i, r, ErrReply)
+			}
+		}
+	}
+}
+
+func TestSettleWireNil(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	raw := "*21\r\n:0\r\n:0\r\n_\r\n:0\r\n:0\r\n:0\r\n:0\r\n"
+	for range 2 {
+		raw += fmt.Sprintf(":0\r\n:0\r\n:%d\r\n:0\r\n:0\r\n:0\r\n:0\r\n", int64(now))
+	}
+	l, stop := wireLimiter(t, []byte(raw))
+	defer stop()
+	replies := make([]Reply, len(wireBatch))
+	if err := l.Settle(context.Background(), wireBatch, replies); err != nil {
+		t.Fatalf("Settle = %v", err)
+	}
+	if !errors.Is(replies[0].Err, ErrReply) {
+		t.Errorf("reply 0, its time nil: %+v, want %v", replies[0], ErrReply)
+	}
+	for i := 1; i < len(replies); i++ {
+		if replies[i].Err != nil {
+			t.Errorf("reply %d: %v", i, replies[i].Err)
+		}
+	}
+}
