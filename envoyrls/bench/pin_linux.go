@@ -17,7 +17,7 @@ import (
 // so that neither takes the other's processors, as in a deployment where
 // Envoy runs on other hosts.
 type split struct {
-	load, service unix.CPUSet
+	all, load, service unix.CPUSet
 }
 
 // newSplit splits the processors this process may run on: the first half
@@ -32,7 +32,7 @@ func newSplit() (*split, error) {
 	if n < 2 {
 		return nil, fmt.Errorf("bench: %d processor, want two at least to split", n)
 	}
-	s := new(split)
+	s := &split{all: all}
 	seen := 0
 	for cpu := 0; seen < n; cpu++ {
 		if !all.IsSet(cpu) {
@@ -70,14 +70,18 @@ func cpuList(set *unix.CPUSet) string {
 
 // pinSelf moves every thread of this process to the load's processors (the
 // threads it makes later inherit them) and sets GOMAXPROCS to their count;
-// it returns the function that sets GOMAXPROCS back. The processes this
-// one starts inherit the load's processors until pinService moves them.
+// it returns the function that gives the process all of them and its
+// GOMAXPROCS back. The processes this one starts inherit the load's
+// processors until pinService moves them.
 func (s *split) pinSelf() (restore func(), err error) {
 	if err := pin(os.Getpid(), &s.load); err != nil {
 		return nil, err
 	}
 	old := runtime.GOMAXPROCS(s.load.Count())
-	return func() { runtime.GOMAXPROCS(old) }, nil
+	return func() {
+		pin(os.Getpid(), &s.all) // best effort: the test's end
+		runtime.GOMAXPROCS(old)
+	}, nil
 }
 
 // pinService moves every thread of process pid to the services'

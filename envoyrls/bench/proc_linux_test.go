@@ -5,6 +5,7 @@ package bench
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 	"time"
 
@@ -72,6 +73,21 @@ func TestSplit(t *testing.T) {
 	if got != s.service {
 		t.Errorf("after pinService: processors %s, want %s", cpuList(&got), cpuList(&s.service))
 	}
+	// This process on the load's half, and back on all of them.
+	procs := runtime.GOMAXPROCS(0)
+	restore, err := s.pinSelf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var self unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &self); err != nil || self != s.load || runtime.GOMAXPROCS(0) != s.load.Count() {
+		t.Errorf("after pinSelf: processors %s (%v), GOMAXPROCS %d; want %s, %d", cpuList(&self), err, runtime.GOMAXPROCS(0), cpuList(&s.load), s.load.Count())
+	}
+	restore()
+	if err := unix.SchedGetaffinity(0, &self); err != nil || self != all || runtime.GOMAXPROCS(0) != procs {
+		t.Errorf("after restore: processors %s (%v), GOMAXPROCS %d; want %s, %d", cpuList(&self), err, runtime.GOMAXPROCS(0), cpuList(&all), procs)
+	}
+
 	if err := pin(1<<22+1, &s.service); err == nil { // above Linux's pid_max
 		t.Error("pin of no process: no error")
 	}
