@@ -9,8 +9,9 @@ import (
 // otherwise wait for what a new process does once: it loads the
 // settlement script into Redis's script cache (every node's, on a Redis
 // Cluster) and opens a connection to each node on the way. Without it, a
-// process's first cold decision on a connection pays for the dial and for
-// sending the script's source; across a network of a few milliseconds that
+// process's first cold decision on a connection pays for the dial and, on a
+// Redis that has not run the script since it started, for a NOSCRIPT reply
+// and the script's source; across a network of a few milliseconds that
 // is a few round trips, which may outlast ColdWait (docs/tuning.md, "The
 // cold path across a network"). A service calls it before it reports
 // itself ready; it is optional, and the Limiter works without it. It

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybrid/internal/limit"
@@ -83,15 +82,16 @@ type Limiter struct {
 	prefix    string // Config.Prefix + ":{"
 	fleetKey  string // Config.Prefix + ":fleet{fleet}"
 	resetsKey string // Config.Prefix + ":resets{fleet}"
-	script    *redis.Script
-	// loaded: a Settle call has found lua.Settle in Redis's script cache,
-	// or put it there. Until then Settle sends the source (EVAL) rather
-	// than the hash: on a Redis that has not run the script since it
-	// started (a fleet's first start, an embedded Redis), the first call
-	// would otherwise take a round trip more, its EVALSHA answered
-	// NOSCRIPT. Where the script is cached already, the source costs Redis
-	// a hash of it, once a Limiter.
-	loaded  atomic.Bool
+	// script is lua.Settle, sent by its hash (EVALSHA), and by its source
+	// only to a node that answers NOSCRIPT. Not the source first, which
+	// saves a new process's first call a round trip on a Redis that has
+	// not run the script: a fleet that starts at once would send 34 KB in
+	// every instance's first calls, to a Redis that needs it once, and the
+	// calls, slower for it, time out (256 instances starting on one host,
+	// 5 s: on a Redis with the script, 0 requests unanswered against 277
+	// to 844; see docs/tuning.md). Limiter.Load (a service's Warm) saves
+	// the round trip.
+	script  *redis.Script
 	fleet   *redis.Script // lua.Heartbeat
 	witness *redis.Script // lua.Witness
 	peek    *redis.Script // lua.Peek

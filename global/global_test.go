@@ -491,11 +491,11 @@ func TestNoScript(t *testing.T) {
 	})
 }
 
-// TestSettleFirstEval: a Limiter's first Settle sends the script's source,
-// not its hash, so that a new process's first call takes one round trip,
-// not two (EVALSHA answered NOSCRIPT, then EVAL); once the script ran, the
-// hash.
-func TestSettleFirstEval(t *testing.T) {
+// TestSettleFirstHash: a Limiter's first Settle sends the script's hash, not
+// its source, and the source only to a Redis that answers NOSCRIPT; a second
+// Limiter's first call, to a Redis that ran the script, sends the hash alone
+// (a fleet's instances do not each send the 34 KB source when they start).
+func TestSettleFirstHash(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -503,8 +503,10 @@ func TestSettleFirstEval(t *testing.T) {
 		}
 		l := newLimiter(t, b)
 		settle, n := sentBy(t, l, b)
-		settle("first", fmt.Sprintf("eval=%d", n))
+		settle("first", fmt.Sprintf("evalsha NOSCRIPT=%d eval=%d", n, n))
 		settle("second", fmt.Sprintf("evalsha=%d", n))
+		settle, _ = sentBy(t, newLimiter(t, b), b)
+		settle("another's first", fmt.Sprintf("evalsha=%d", n))
 	})
 }
 

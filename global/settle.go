@@ -214,14 +214,6 @@ func (l *Limiter) Settle(ctx context.Context, batch []Settlement, replies []Repl
 	// Calls that found the script gone (a restart, a failover, SCRIPT
 	// FLUSH) go again with the source.
 	l.send(ctx, calls, func(c *call) bool { return isNoScript(c.cmd.Err()) })
-	if !l.loaded.Load() {
-		for i := range calls {
-			if err := calls[i].cmd.Err(); err == nil || isReply(err) && !isNoScript(err) {
-				l.loaded.Store(true) // the script ran
-				break
-			}
-		}
-	}
 
 	var failed error // the first error that is not a reply from Redis
 	nfailed := 0
@@ -300,8 +292,7 @@ type call struct {
 }
 
 // send sends the calls for which pick is true, with EVALSHA the first time
-// and EVAL after (a call that has a command already), in one pipeline; with
-// EVAL the first time too while the script is not known to be loaded.
+// and EVAL after (a call that has a command already), in one pipeline.
 func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool) {
 	var pipe redis.Pipeliner
 	var cmds []*redis.IntSliceCmd
@@ -314,7 +305,7 @@ func (l *Limiter) send(ctx context.Context, calls []call, pick func(*call) bool)
 			pipe = l.rdb.Pipeline()
 		}
 		args := c.args
-		if c.cmd != nil || !l.loaded.Load() { // EVAL with the source, the rest as it was
+		if c.cmd != nil { // EVAL with the source, the rest as it was
 			args = slices.Clone(args)
 			args[0], args[1] = "eval", lua.Settle
 		}
