@@ -89,6 +89,7 @@ type descs struct {
 	batches, batched, pressured, losses, recharged       *prometheus.Desc
 	tails, credited                                      *prometheus.Desc
 	forgiven, window, pathRTT, hurried, queueWait        *prometheus.Desc
+	batchTrip                                            *prometheus.Desc
 	transitions, breakerState, nodeState, degraded       *prometheus.Desc
 	refusals, refusing                                   *prometheus.Desc
 	evictions, evictionsWithDues, orphans, keys          *prometheus.Desc
@@ -138,6 +139,7 @@ func New(src Source, cfg Config) (*Collector, error) {
 		forgiven:         desc("forgiven_tokens_total", "Tokens of consumption not charged, their buckets owing the debt's bound already (Config.MaxDebt): what the fleet may have admitted beyond the limit."),
 		credited:         desc("outage_credited_tokens_total", "Tokens of an outage's fallback admissions not charged when Redis was back, claimed out of the refill their buckets lost at the burst meanwhile (Config.ShareCredit)."),
 		batched:          desc("batched_settlements_total", "Settlements those round trips carried."),
+		batchTrip:        desc("batch_round_trip_seconds", "Duration of the round trips of the batches of settlements that requests needed at once (fetches, takes, exact decisions) that Redis answered."),
 		queueWait:        desc("batch_queue_wait_seconds", "How long the settlements that found their Redis node's batch window full waited for a batch on its way to come back before theirs could leave: what a cold decision took beyond its own round trip. Its count is the settlements that waited."),
 		hurried:          desc("hurried_settlements_total", "Settlements a round sent before their turn, in its next call, as requests waited for their keys."),
 		window:           desc("batch_window", "How many batches of requests (fetches, takes, exact decisions) may be on their way to a Redis node at once: it opens while the network is most of a round trip, and stays at 1 (2 for an instance alone) while Redis's work is. The node label is empty for a single Redis.", "node"),
@@ -192,7 +194,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		d.rounds, d.roundErrors, d.roundTrip, d.roundTripMax,
 		d.keysSettled, d.keyErrors, d.uncertain, d.resets, d.duplicates, d.doubtsExpired, d.resent,
 		d.fetches, d.fetchErrors, d.fetchTimeouts, d.heartbeatErrors, d.batches, d.batched, d.pressured, d.losses, d.tails, d.recharged,
-		d.forgiven, d.credited, d.window, d.pathRTT, d.hurried, d.queueWait, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
+		d.forgiven, d.credited, d.window, d.pathRTT, d.hurried, d.queueWait, d.batchTrip, d.transitions, d.breakerState, d.nodeState, d.degraded, d.refusals, d.refusing,
 		d.evictions, d.evictionsWithDues, d.orphans, d.keys, d.inFlight,
 		d.ledgerKeys, d.ledgerBytes, d.ledgerUnknown, d.crowded,
 		d.unsettled, d.instances, d.live, d.skew, d.rtt,
@@ -255,6 +257,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.credited, prometheus.CounterValue, float64(r.Credited)/1e6)
 	counter(d.batched, r.Batched)
 	ch <- roundTrip(d.queueWait, &r.QueueWait)
+	ch <- roundTrip(d.batchTrip, &r.BatchTrip)
 	counter(d.hurried, r.Hurried)
 	counter(d.keyErrors, r.KeyErrors)
 	counter(d.uncertain, r.Uncertain)

@@ -257,6 +257,9 @@ func (r *Reconciler) flush(n *node, batch []*waiter, wave bool) {
 		return refusal(replies)
 	})
 	end := r.clock.Now()
+	if err == nil {
+		r.stats.batchTrip.observe(end - start)
+	}
 	answered, alone := len(batch), r.alone()
 	b.mu.Lock()
 	// The window counts the requests outstanding before this batch's

@@ -110,6 +110,10 @@ func testBatch(t *testing.T, instances int) {
 			s.QueueWait.Sum < time.Duration(queued)*hold || s.QueueWait.Max < hold {
 			t.Errorf("Stats: %d queued, waits %+v; want %d, each %v at least", s.Queued, s.QueueWait, queued, hold)
 		}
+		// Every batch was answered; the first ones were held on their way.
+		if bt := s.BatchTrip; bt.Count != s.Batches || bt.Sum < time.Duration(flights)*hold || bt.Max < hold {
+			t.Errorf("Stats: batch round trips %+v; want %d, %d of them %v at least", bt, s.Batches, flights, hold)
+		}
 
 		// Idle: a request goes at once, alone.
 		if rep, err := r.SettleNow(context.Background(), settlement(100)); err != nil || rep.Granted != M {

@@ -39,6 +39,7 @@ type counters struct {
 	unsettled              atomic.Int64 // micro-tokens the last regular round could not charge
 	roundTrip              histogram
 	queueWait              histogram
+	batchTrip              histogram
 
 	// The last Redis clock reading: written by the loop goroutine alone.
 	clockSamples atomic.Uint64
@@ -130,6 +131,11 @@ type Stats struct {
 	// its own round trip because others were on their way (see
 	// NodeState.Window).
 	QueueWait Histogram
+	// BatchTrip is the distribution of the round trips of the batches
+	// Redis answered (Batches counts those that failed too): over the
+	// Limiter's life, where NodeState.BatchRTT is a node's smoothed one
+	// now.
+	BatchTrip Histogram
 	// RTT and Skew are measured on the last round trip that carried Redis
 	// TIME (a settlement call of a round, or a heartbeat): RTT is its
 	// duration, Skew is Redis TIME minus this host's time at the middle of
@@ -184,6 +190,7 @@ func (r *Reconciler) Stats() Stats {
 		Unsettled:       r.stats.unsettled.Load(),
 		RoundTrip:       r.stats.roundTrip.snapshot(),
 		QueueWait:       r.stats.queueWait.snapshot(),
+		BatchTrip:       r.stats.batchTrip.snapshot(),
 		RTT:             time.Duration(r.stats.rtt.Load()),
 		Skew:            time.Duration(r.stats.skew.Load()),
 		ClockSamples:    r.stats.clockSamples.Load(),
