@@ -67,6 +67,12 @@ type Health struct {
 	// BatchRTT is the largest smoothed round trip of a batch at the end
 	// of the run, of any instance's node.
 	BatchRTT time.Duration `json:"batch_rtt_ns"`
+	// BatchTrips counts the batches Redis answered, BatchTripSum their
+	// round trips in all and BatchTripMax the longest, over the run
+	// (Reconcile.BatchTrip).
+	BatchTrips   uint64        `json:"batch_trips"`
+	BatchTripSum time.Duration `json:"batch_trip_sum_ns"`
+	BatchTripMax time.Duration `json:"batch_trip_max_ns"`
 }
 
 // observe adds one Limiter's statistics to h.
@@ -93,6 +99,9 @@ func (h *Health) observe(st hybrid.Stats) {
 	h.Queued += rc.Queued
 	h.QueueWaitSum += rc.QueueWait.Sum
 	h.QueueWaitMax = max(h.QueueWaitMax, rc.QueueWait.Max)
+	h.BatchTrips += rc.BatchTrip.Count
+	h.BatchTripSum += rc.BatchTrip.Sum
+	h.BatchTripMax = max(h.BatchTripMax, rc.BatchTrip.Max)
 	for _, n := range rc.Nodes {
 		h.window(n.Window, n.PathRTT, n.BatchRTT)
 	}
@@ -129,6 +138,9 @@ func (h *Health) add(o Health) {
 	h.Queued += o.Queued
 	h.QueueWaitSum += o.QueueWaitSum
 	h.QueueWaitMax = max(h.QueueWaitMax, o.QueueWaitMax)
+	h.BatchTrips += o.BatchTrips
+	h.BatchTripSum += o.BatchTripSum
+	h.BatchTripMax = max(h.BatchTripMax, o.BatchTripMax)
 	h.window(o.Window, o.PathRTT, o.BatchRTT)
 }
 
@@ -138,7 +150,7 @@ func (h *Health) errors() uint64 {
 }
 
 // healthHeader names WriteHealth's columns.
-const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened\tbatch\twindow\tpath rtt\tbatch rtt\tqueued\twait\twait max"
+const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tfetch t/o\tunanswered\thb err\texact err\tpressured\tuncertain\tbreaker\topened\tbatch\twindow\tpath rtt\tbatch rtt\tbatch max\tqueued\twait\twait max"
 
 // WriteHealth writes, for the reports of hybrid modes (those with a
 // Health), one row each of what their Limiters counted of their calls to
@@ -149,8 +161,9 @@ const healthHeader = "mode\tround rtt\trtt max\tround err\tkey err\tfetch err\tf
 // others (pressured), the settlements in doubt (uncertain), and the
 // breakers' transitions, those to open apart, and the batches of requests:
 // how many went together on average (batch), the largest window of batches
-// at the end (window), the least round trip of a batch of late (path rtt)
-// and the largest smoothed one (batch rtt), and the share of those
+// at the end (window), the least round trip of a batch of late (path rtt),
+// the mean and the longest round trip of the batches over the run (batch
+// rtt, batch max), and the share of those
 // settlements that waited for a batch on its way to come back (queued),
 // with the mean and longest wait of those. The table follows an empty
 // line, to come under another; WriteHealth writes nothing if no report has
@@ -177,7 +190,7 @@ func WriteHealth(w io.Writer, reports []Report) error {
 		if h.Rounds > 0 {
 			mean, longest = fmtDuration(h.RoundTripSum/time.Duration(h.Rounds)), fmtDuration(h.RoundTripMax)
 		}
-		batch, window, path, brtt := "-", "-", "-", "-"
+		batch, window, path, brtt, bmax := "-", "-", "-", "-", "-"
 		if h.Batches > 0 {
 			batch = fmt.Sprintf("%.1f", float64(h.Batched)/float64(h.Batches))
 		}
@@ -185,7 +198,10 @@ func WriteHealth(w io.Writer, reports []Report) error {
 			window = fmt.Sprint(h.Window)
 		}
 		if h.PathRTT > 0 {
-			path, brtt = fmtDuration(h.PathRTT), fmtDuration(h.BatchRTT)
+			path = fmtDuration(h.PathRTT)
+		}
+		if h.BatchTrips > 0 {
+			brtt, bmax = fmtDuration(h.BatchTripSum/time.Duration(h.BatchTrips)), fmtDuration(h.BatchTripMax)
 		}
 		queued, wait, waitMax := "-", "-", "-"
 		if h.Batched > 0 {
@@ -194,10 +210,10 @@ func WriteHealth(w io.Writer, reports []Report) error {
 		if h.Queued > 0 {
 			wait, waitMax = fmtDuration(h.QueueWaitSum/time.Duration(h.Queued)), fmtDuration(h.QueueWaitMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Mode, mean, longest, h.RoundErrors, h.KeyErrors, h.FetchErrors, h.FetchTimeouts,
 			h.Unanswered, h.HeartbeatErrors, h.ExactErrors, h.Pressured, h.Uncertain, h.Transitions, h.Opened,
-			batch, window, path, brtt, queued, wait, waitMax)
+			batch, window, path, brtt, bmax, queued, wait, waitMax)
 	}
 	return tw.Flush()
 }
