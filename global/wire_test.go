@@ -118,6 +118,10 @@ func TestSettleWireNotIntegers(t *testing.T) {
 	}
 }
 
+// TestSettleWireNil answers a batch whose first reply holds a nil where its
+// time goes: go-redis reads it as 0, which Settle takes for a garbled
+// reply (Redis TIME is never 0) and reports as that key's ErrReply, while
+// the other keys' replies are read as usual.
 func TestSettleWireNil(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	raw := "*21\r\n:0\r\n:0\r\n_\r\n:0\r\n:0\r\n:0\r\n:0\r\n"

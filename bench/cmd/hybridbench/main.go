@@ -79,6 +79,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -152,28 +153,16 @@ func run() error {
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := record(*cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	if err != nil {
+		return err
 	}
-	if *traceFile != "" {
-		f, err := os.Create(*traceFile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return err
-		}
-		defer trace.Stop()
+	defer stopProfile()
+	stopTrace, err := record(*traceFile, trace.Start, trace.Stop)
+	if err != nil {
+		return err
 	}
+	defer stopTrace()
 	if sc.Passes > 0 {
 		if *outage != "" {
 			return errors.New("-outage and -passes exclude each other")
@@ -407,4 +396,25 @@ func runSweep(ctx context.Context, target *bench.Target, sc bench.Scenario, mode
 		return err
 	}
 	return target.Close()
+}
+
+// record starts a recording of the run into file with start (a CPU profile
+// or an execution trace) and returns what ends it: stop, then the file
+// closed. No file: nothing is recorded, and the end does nothing.
+func record(file string, start func(io.Writer) error, stop func()) (end func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		stop()
+		f.Close()
+	}, nil
 }
