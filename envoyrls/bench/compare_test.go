@@ -40,11 +40,14 @@ const (
 	envRTT         = "HYBRID_RLS_BENCH_RTT"
 	envUsers       = "HYBRID_RLS_BENCH_USERS"
 	envCPUs        = "HYBRID_RLS_BENCH_CPUS"
+	envFloor       = "HYBRID_RLS_BENCH_FLOOR"
 
 	// envProxy makes the test binary the latency proxy (runProxy): its
 	// value is the Redis address, envProxyRTT the round trip to add.
 	envProxy    = "HYBRID_RLS_BENCH_PROXY"
 	envProxyRTT = "HYBRID_RLS_BENCH_PROXY_RTT"
+	// envFloorServe makes the test binary the gRPC floor (runFloor).
+	envFloorServe = "HYBRID_RLS_BENCH_FLOOR_SERVE"
 )
 
 // The limits of the configuration both services load.
@@ -76,6 +79,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(envFloorServe) != "" {
+		if err := runFloor(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -86,6 +96,7 @@ type settings struct {
 	repeats, workers, users  int
 	rtts                     []time.Duration
 	split                    bool // the load and the services on processors of their own (envCPUs)
+	floor                    bool // the gRPC floor beside the services (envFloor)
 }
 
 // settingsFromEnv reads the settings, with their defaults.
@@ -129,6 +140,13 @@ func settingsFromEnv() (settings, error) {
 		s.split = true
 	default:
 		return s, fmt.Errorf("bench: %s=%q: want shared or split", envCPUs, v)
+	}
+	switch v := os.Getenv(envFloor); v {
+	case "", "0":
+	case "1":
+		s.floor = true
+	default:
+		return s, fmt.Errorf("bench: %s=%q: want 1 or 0", envFloor, v)
 	}
 	if v := os.Getenv(envRTT); v != "" {
 		s.rtts = nil
@@ -185,6 +203,9 @@ func TestCompare(t *testing.T) {
 		for _, workload := range []string{workloadHot, workloadTail} {
 			for rep := range s.repeats {
 				order := []string{serviceOriginal, serviceHybrid}
+				if s.floor {
+					order = append(order, serviceFloor)
+				}
 				if rep%2 == 1 {
 					slices.Reverse(order)
 				}
@@ -225,6 +246,7 @@ func prepare(t *testing.T, what string) (settings, map[string]string, []string) 
 	bin := map[string]string{
 		serviceOriginal: buildOriginal(t, s, bins),
 		serviceHybrid:   buildHybrid(t, bins),
+		serviceFloor:    os.Args[0], // runFloor, through TestMain
 	}
 	return s, bin, configEnv(t)
 }
@@ -386,7 +408,12 @@ func startService(t *testing.T, c cell) *service {
 	t.Helper()
 	ports := freePorts(t, 3)
 	cmd := exec.Command(c.bin)
-	cmd.Env = append(slices.Clone(c.env),
+	if c.service == serviceFloor {
+		cmd.Args = append(cmd.Args, "-test.run=^$")
+		cmd.Env = append(cmd.Env, envFloorServe+"=1")
+	}
+	cmd.Env = append(cmd.Env, c.env...)
+	cmd.Env = append(cmd.Env,
 		"REDIS_URL="+c.redis,
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(ports[0]),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(ports[1]),

@@ -35,6 +35,9 @@
 //	                              processors; split: the load (and the latency proxy)
 //	                              on the first half, the services and Redis on the rest,
 //	                              as where Envoy runs on other hosts (Linux; TestCompare)
+//	HYBRID_RLS_BENCH_FLOOR=0      1: TestCompare runs the gRPC floor beside the services, a
+//	                              RateLimitService that answers OK without deciding (floor_test.go):
+//	                              the most decisions a second a Go service could make here
 //
 // Only loopback addresses are used.
 package bench

@@ -7,6 +7,7 @@ require (
 	github.com/hybridlimit/hybrid v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.22.0
 	google.golang.org/grpc v1.84.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
@@ -21,7 +22,6 @@ require (
 	golang.org/x/sys v0.47.0
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 replace github.com/hybridlimit/hybrid => ../..

@@ -113,7 +113,7 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 // Result is what one service did in one cell: one workload, one round
 // trip to Redis, one repeat.
 type Result struct {
-	Service  string        // "original" or "hybrid-rls"
+	Service  string        // "original", "hybrid-rls" or "grpc floor"
 	Workload string        // "A hot" or "B tail"
 	RTT      time.Duration // added round trip to Redis
 	Repeat   int           // from 0
@@ -173,7 +173,9 @@ func rttName(d time.Duration) string {
 }
 
 // WriteTable writes one line per result, then a line per workload and
-// round trip comparing the services' means.
+// round trip comparing the services' means: hybrid-rls's decisions a
+// second against the original's and, where the gRPC floor ran, the
+// floor's against the original's and hybrid-rls's against the floor's.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "redis\tworkload\tservice\trun\tdecisions/s\tp50 ms\tp99 ms\tp99.9 ms\tOK\tOVER_LIMIT\terrors\tcmds/decision\tscripts/decision\tredis cpu us/decision\tservice cpu us/decision\tload cpu us/decision\tadmitted/(B+R*T)\t")
@@ -195,10 +197,23 @@ func WriteTable(w io.Writer, results []Result) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "redis\tworkload\thybrid-rls/original decisions/s\tp99 ms (original, hybrid-rls)\tredis cmds/decision (original, hybrid-rls)\t")
-	for _, c := range compare(results) {
-		fmt.Fprintf(tw, "%s\t%s\t%.2fx\t%s, %s\t%.4f, %.4f\t\n", rttName(c.rtt), c.workload,
+	cs := compare(results)
+	floor := slices.ContainsFunc(cs, func(c comparison) bool { return c.floor != nil })
+	head := "redis\tworkload\thybrid-rls/original decisions/s\tp99 ms (original, hybrid-rls)\tredis cmds/decision (original, hybrid-rls)\t"
+	if floor {
+		head += "floor/original decisions/s\thybrid-rls/floor decisions/s\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, c := range cs {
+		fmt.Fprintf(tw, "%s\t%s\t%.2fx\t%s, %s\t%.4f, %.4f\t", rttName(c.rtt), c.workload,
 			c.hybrid.rate/c.original.rate, ms(c.original.p99), ms(c.hybrid.p99), c.original.perDecision, c.hybrid.perDecision)
+		switch {
+		case c.floor != nil:
+			fmt.Fprintf(tw, "%.2fx\t%.2fx\t", c.floor.rate/c.original.rate, c.hybrid.rate/c.floor.rate)
+		case floor:
+			fmt.Fprint(tw, "-\t-\t")
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -210,11 +225,13 @@ type mean struct {
 	n                 int
 }
 
-// comparison is a cell's two services.
+// comparison is a cell's two services, and the gRPC floor's mean where
+// it ran.
 type comparison struct {
 	rtt              time.Duration
 	workload         string
 	original, hybrid mean
+	floor            *mean
 }
 
 // compare averages each service's repeats of each cell, in the order the
@@ -248,12 +265,16 @@ func compare(results []Result) []comparison {
 		if o == nil || h == nil {
 			continue
 		}
-		for _, m := range []*mean{o, h} {
+		f := means[c][serviceFloor]
+		for _, m := range []*mean{o, h, f} {
+			if m == nil {
+				continue
+			}
 			m.rate /= float64(m.n)
 			m.perDecision /= float64(m.n)
 			m.p99 /= time.Duration(m.n)
 		}
-		out = append(out, comparison{rtt: c.rtt, workload: c.workload, original: *o, hybrid: *h})
+		out = append(out, comparison{rtt: c.rtt, workload: c.workload, original: *o, hybrid: *h, floor: f})
 	}
 	return out
 }
@@ -262,4 +283,5 @@ func compare(results []Result) []comparison {
 const (
 	serviceOriginal = "original"
 	serviceHybrid   = "hybrid-rls"
+	serviceFloor    = "grpc floor" // floor_test.go
 )

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,51 @@ func TestWriteTable(t *testing.T) {
 	}
 	if strings.Count(out, "B tail") != 1 {
 		t.Errorf("WriteTable() compares a cell with one service:\n%s", out)
+	}
+}
+
+// TestWriteTableFloor: with the gRPC floor in a cell, the comparison has
+// the floor's decisions a second against the original's and hybrid-rls's
+// against the floor's; a cell the floor did not run says so, and without
+// the floor the columns are not there.
+func TestWriteTableFloor(t *testing.T) {
+	results := []Result{
+		{Service: serviceOriginal, Workload: workloadHot, Elapsed: time.Second, OK: 10000},
+		{Service: serviceHybrid, Workload: workloadHot, Elapsed: time.Second, OK: 30000},
+		{Service: serviceFloor, Workload: workloadHot, Elapsed: time.Second, OK: 40000},
+		{Service: serviceFloor, Workload: workloadHot, Elapsed: time.Second, OK: 20000, Repeat: 1},
+		{Service: serviceOriginal, Workload: workloadTail, Elapsed: time.Second, OK: 10000},
+		{Service: serviceHybrid, Workload: workloadTail, Elapsed: time.Second, OK: 12000},
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	// The comparison's lines, after the results' and a blank line.
+	_, cmp, _ := strings.Cut(b.String(), "\n\n")
+	want := map[string][]string{
+		"hot":  {"3.00x", "3.00x", "1.00x"}, // hybrid-rls/original, floor/original, hybrid-rls/floor
+		"tail": {"1.20x", "-", "-"},
+	}
+	lines := strings.Split(strings.TrimSpace(cmp), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "floor/original decisions/s") {
+		t.Fatalf("WriteTable()'s comparison:\n%s", cmp)
+	}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line) // redis, workload (two words), the ratio, 4 more, the floor's two
+		if len(f) != 10 {
+			t.Errorf("comparison line %q: %d fields, want 10", line, len(f))
+			continue
+		}
+		if got := []string{f[3], f[8], f[9]}; !slices.Equal(got, want[f[2]]) {
+			t.Errorf("comparison of %s: %v, want %v", f[2], got, want[f[2]])
+		}
+	}
+	b.Reset()
+	if err := WriteTable(&b, results[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "floor") {
+		t.Errorf("WriteTable() without the floor has its columns:\n%s", b.String())
 	}
 }
