@@ -134,19 +134,12 @@ func settingsFromEnv() (settings, error) {
 		}
 		*e.to = n
 	}
-	switch v := os.Getenv(envCPUs); v {
-	case "", "shared":
-	case "split":
-		s.split = true
-	default:
-		return s, fmt.Errorf("bench: %s=%q: want shared or split", envCPUs, v)
+	var err error
+	if s.split, err = envSwitch(envCPUs, "shared", "split"); err != nil {
+		return s, err
 	}
-	switch v := os.Getenv(envFloor); v {
-	case "", "0":
-	case "1":
-		s.floor = true
-	default:
-		return s, fmt.Errorf("bench: %s=%q: want 1 or 0", envFloor, v)
+	if s.floor, err = envSwitch(envFloor, "0", "1"); err != nil {
+		return s, err
 	}
 	if v := os.Getenv(envRTT); v != "" {
 		s.rtts = nil
@@ -159,6 +152,19 @@ func settingsFromEnv() (settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// envSwitch reads the environment variable name, which is off (or unset)
+// or on.
+func envSwitch(name, off, on string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "", off:
+		return false, nil
+	case on:
+		return true, nil
+	default:
+		return false, fmt.Errorf("bench: %s=%q: want %s or %s", name, v, off, on)
+	}
 }
 
 // TestCompare runs both services on every workload and round trip, and
@@ -666,4 +672,33 @@ func pingTime(t *testing.T, addr string) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2]
+}
+
+// TestEnvSwitch: unset and off are false, on is true, anything else is
+// an error that names the variable and both words.
+func TestEnvSwitch(t *testing.T) {
+	const name = "HYBRID_RLS_BENCH_TEST_SWITCH"
+	for _, tt := range []struct {
+		value     string
+		set, want bool
+		err       bool
+	}{
+		{"", false, false, false},
+		{"shared", true, false, false},
+		{"split", true, true, false},
+		{"1", true, false, true},
+	} {
+		if tt.set {
+			t.Setenv(name, tt.value)
+		} else {
+			os.Unsetenv(name)
+		}
+		got, err := envSwitch(name, "shared", "split")
+		if got != tt.want || (err != nil) != tt.err {
+			t.Errorf("%s=%q: envSwitch() = %v, %v; want %v, error %v", name, tt.value, got, err, tt.want, tt.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), name) {
+			t.Errorf("envSwitch()'s error %q does not name %s", err, name)
+		}
+	}
 }
