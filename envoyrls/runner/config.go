@@ -125,6 +125,13 @@ type Config struct {
 	// shutdown. 0 means 5s.
 	CloseTimeout time.Duration
 
+	// HeapFloor is the heap the garbage collector lets the process grow to
+	// before it runs while the live heap is under half of it (see
+	// StartHeapFloor), in bytes; 0 is none, GOGC's 100 alone. hybrid-rls
+	// starts it; Run does not, as GOGC is the process's. FromEnv sets
+	// DefaultHeapFloor, or 0 where GOGC is set.
+	HeapFloor int64
+
 	// LogLevel is the least level logged (LOG_LEVEL). The zero value is
 	// slog.LevelInfo.
 	LogLevel slog.Level

@@ -94,6 +94,11 @@ func FromEnv(environ []string) (Config, error) {
 		}
 	}
 
+	// GOGC set says how the operator wants the collector run: no floor.
+	if _, ok := e.vars["GOGC"]; !ok {
+		c.HeapFloor = DefaultHeapFloor
+	}
+
 	r := &c.Redis
 	r.Network = e.str("REDIS_SOCKET_TYPE", "unix")
 	r.Type = e.str("REDIS_TYPE", "SINGLE")

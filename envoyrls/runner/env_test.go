@@ -30,6 +30,7 @@ func defaults() runner.Config {
 		NearLimitRatio:        float64(float32(0.8)),
 		LogLevel:              slog.LevelInfo,
 		Redis:                 runner.Redis{Type: "SINGLE", Network: "unix", PoolSize: 10},
+		HeapFloor:             runner.DefaultHeapFloor,
 	}
 }
 
@@ -55,6 +56,7 @@ func TestFromEnv(t *testing.T) {
 				c.Options = config.Options{IgnoreDotFiles: true, MergeDomains: true}
 			}},
 		{"runtime root only", []string{"RUNTIME_ROOT=/data"}, func(c *runner.Config) { c.ConfigDir = "/data/config" }},
+		{"GOGC set: no heap floor", []string{"GOGC=200"}, func(c *runner.Config) { c.HeapFloor = 0 }},
 		{"empty subdirectory set", []string{"RUNTIME_SUBDIRECTORY="}, func(*runner.Config) {}},
 		{"modes", []string{"SHADOW_MODE=t", "QUOTA_MODE=TRUE", "NEAR_LIMIT_RATIO=0.5", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 			func(c *runner.Config) {
@@ -150,6 +152,12 @@ func TestFlags(t *testing.T) {
 				c.RedisTimeout, c.ColdWait, c.DrainTimeout = 20*time.Millisecond, 30*time.Millisecond, 3*time.Second
 				c.RefillPace = 5 * time.Millisecond
 			}},
+		{[]string{"-heap-floor", "0"}, func(c *runner.Config) { c.HeapFloor = 0 }},
+		{[]string{"-heap-floor", "128MiB"}, func(c *runner.Config) { c.HeapFloor = 128 << 20 }},
+		{[]string{"-heap-floor", "2gib"}, func(c *runner.Config) { c.HeapFloor = 2 << 30 }},
+		{[]string{"-heap-floor", "1000"}, func(c *runner.Config) { c.HeapFloor = 1000 }},
+		{[]string{"-heap-floor", "5 KiB"}, func(c *runner.Config) { c.HeapFloor = 5 << 10 }},
+		{[]string{"-heap-floor", "7B"}, func(c *runner.Config) { c.HeapFloor = 7 }},
 	} {
 		cfg, err := runner.FromEnv(env)
 		if err != nil {
@@ -171,7 +179,7 @@ func TestFlags(t *testing.T) {
 	cfg, _ := runner.FromEnv(env)
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.Flags(fs)
-	for name, want := range map[string]string{"grpc": "0.0.0.0:9001", "redis": "/run/redis.sock", "config": "/data/config", "mode": "lease", "fallback": "localshare"} {
+	for name, want := range map[string]string{"grpc": "0.0.0.0:9001", "redis": "/run/redis.sock", "config": "/data/config", "mode": "lease", "fallback": "localshare", "heap-floor": "32MiB"} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("-%s default %q, want %q", name, got, want)
 		}
@@ -180,6 +188,7 @@ func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-mode", "strict"}, {"-fallback", "open"}, {"-fallback", "static:1"}, {"-fallback", "static:0,5"},
 		{"-fallback", "static:1,0"}, {"-max-keys", "many"},
+		{"-heap-floor", "-1"}, {"-heap-floor", "64MB"}, {"-heap-floor", "MiB"}, {"-heap-floor", "9000000000GiB"},
 	} {
 		cfg, _ := runner.FromEnv(nil)
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -3,6 +3,7 @@ package runner
 import (
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,8 @@ import (
 //	-cold-wait D         ColdWait
 //	-refill-pace D       RefillPace
 //	-drain-timeout D     DrainTimeout
+//	-heap-floor SIZE     HeapFloor: bytes, or with a unit KiB, MiB or GiB;
+//	                     0 for none
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigDir, "config", c.ConfigDir, "`DIR` of the configuration files, watched for changes")
 	fs.Var(redisValue{&c.Redis}, "redis", "Redis `URL` as REDIS_URL reads it (default: an embedded, in-memory Redis)")
@@ -48,6 +51,58 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ColdWait, "cold-wait", c.ColdWait, "longest a request waits for Redis (0: the Redis timeout)")
 	fs.DurationVar(&c.RefillPace, "refill-pace", c.RefillPace, "how much of a saturated descriptor's refill is asked of Redis at once (0: 50ms)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "longest the calls under way are drained at shutdown (0: 10s)")
+	fs.Var(sizeValue{&c.HeapFloor}, "heap-floor", "`SIZE` the heap may grow to before the garbage collector runs while the live heap is under half of it (bytes, KiB, MiB or GiB; 0: none, GOGC alone; default 32MiB unless GOGC is set)")
+}
+
+// sizeValue is a flag of a size in bytes: a number, optionally followed by
+// B, KiB, MiB or GiB.
+type sizeValue struct{ n *int64 }
+
+// String returns the size in the largest unit that divides it.
+func (v sizeValue) String() string {
+	if v.n == nil {
+		return ""
+	}
+	n := *v.n
+	for _, u := range []struct {
+		name  string
+		shift uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// Set parses a size.
+func (v sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v.n = n
+	return nil
+}
+
+// parseSize parses a number of bytes, optionally followed by B, KiB, MiB
+// or GiB (in any case).
+func parseSize(s string) (int64, error) {
+	num, shift := s, uint(0)
+	for _, u := range []struct {
+		name  string
+		shift uint
+	}{{"kib", 10}, {"mib", 20}, {"gib", 30}, {"b", 0}} {
+		if strings.HasSuffix(strings.ToLower(s), u.name) {
+			num, shift = s[:len(s)-len(u.name)], u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size: want bytes, or a number with KiB, MiB or GiB", s)
+	}
+	return n << shift, nil
 }
 
 // redisValue is the -redis flag.

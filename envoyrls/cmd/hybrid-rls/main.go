@@ -12,8 +12,8 @@
 // -http ADDR, -debug ADDR, -mode lease|optimistic|exact, -fallback
 // localshare|failopen|failclosed|static:RATE,BURST, -independent, -max-keys N,
 // -max-series N, -reload-interval D, -redis-timeout D, -cold-wait D,
-// -refill-pace D, -drain-timeout D. docs/envoy.md has the settings, the
-// metrics and an Envoy configuration.
+// -refill-pace D, -drain-timeout D, -heap-floor SIZE. docs/envoy.md has
+// the settings, the metrics and an Envoy configuration.
 //
 // SIGTERM or SIGINT stops it in order: unhealthy at once, then the calls
 // under way drain, then the Limiter settles with Redis. It exits 0 after a
@@ -57,6 +57,11 @@ func main() {
 	cfg.Logger = log
 	// go-redis logs on its own (a refused dial, say): into the same log.
 	redis.SetLogger(redisLogger{log})
+
+	// The garbage collector's heap floor: GOGC is the process's, so the
+	// command sets it, not Run.
+	stopFloor := runner.StartHeapFloor(cfg.HeapFloor)
+	defer stopFloor()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
