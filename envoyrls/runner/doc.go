@@ -9,6 +9,7 @@
 //	fs := flag.NewFlagSet("hybrid-rls", flag.ExitOnError)
 //	cfg.Flags(fs)                              // -config, -redis, -mode, ...
 //	fs.Parse(os.Args[1:])
+//	defer runner.StartHeapFloor(cfg.HeapFloor)() // GOGC is the process's: the command's to set
 //	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 //	defer stop()
 //	err = runner.Run(ctx, cfg)                 // Start, serve, Close
