@@ -88,7 +88,14 @@ func keyCost(i, j int) int64 { return 1 + int64(i+3*j)%int64(keyLimit.Burst) }
 func chargeKeys(t *testing.T, rdb redis.UniversalClient, admin redis.UniversalClient, prefix string, j int, keys []string) {
 	t.Helper()
 	ctx := t.Context()
-	l, err := hybrid.New(rdb, hybrid.Config{Prefix: prefix, InstanceID: "keys-" + strconv.Itoa(j)})
+	// Generous deadlines: a call that outlived the default 50ms (a Cluster
+	// node's first, under the race detector on a busy machine) would deny
+	// its keys as unanswered, as TestBatchIsolation once saw in CI; what
+	// is tested here is where the tokens go.
+	l, err := hybrid.New(rdb, hybrid.Config{
+		Prefix: prefix, InstanceID: "keys-" + strconv.Itoa(j),
+		ColdWait: 10 * time.Second, Breaker: breaker.Config{CallTimeout: 10 * time.Second},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
