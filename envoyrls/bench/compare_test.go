@@ -678,6 +678,7 @@ func pingTime(t *testing.T, addr string) time.Duration {
 // an error that names the variable and both words.
 func TestEnvSwitch(t *testing.T) {
 	const name = "HYBRID_RLS_BENCH_TEST_SWITCH"
+	t.Setenv(name, "") // restored after the test, whatever it was
 	for _, tt := range []struct {
 		value     string
 		set, want bool

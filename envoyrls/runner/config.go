@@ -126,7 +126,7 @@ type Config struct {
 	CloseTimeout time.Duration
 
 	// HeapFloor is the heap the garbage collector lets the process grow to
-	// before it runs while the live heap is under half of it (see
+	// before it runs, while GOGC=100 would run it sooner (see
 	// StartHeapFloor), in bytes; 0 is none, GOGC's 100 alone. hybrid-rls
 	// starts it; Run does not, as GOGC is the process's. FromEnv sets
 	// DefaultHeapFloor, or 0 where GOGC is set.

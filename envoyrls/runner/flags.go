@@ -51,23 +51,26 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ColdWait, "cold-wait", c.ColdWait, "longest a request waits for Redis (0: the Redis timeout)")
 	fs.DurationVar(&c.RefillPace, "refill-pace", c.RefillPace, "how much of a saturated descriptor's refill is asked of Redis at once (0: 50ms)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "longest the calls under way are drained at shutdown (0: 10s)")
-	fs.Var(sizeValue{&c.HeapFloor}, "heap-floor", "`SIZE` the heap may grow to before the garbage collector runs while the live heap is under half of it (bytes, KiB, MiB or GiB; 0: none, GOGC alone; default 32MiB unless GOGC is set)")
+	fs.Var(sizeValue{&c.HeapFloor}, "heap-floor", "`SIZE` the heap may grow to before the garbage collector runs, while GOGC=100 would run it sooner (bytes, KiB, MiB or GiB; 0: none, GOGC alone; default 32MiB unless GOGC is set)")
 }
 
 // sizeValue is a flag of a size in bytes: a number, optionally followed by
 // B, KiB, MiB or GiB.
 type sizeValue struct{ n *int64 }
 
-// String returns the size in the largest unit that divides it.
+// sizeUnits are the units of a size, largest first.
+var sizeUnits = []struct {
+	name  string
+	shift uint
+}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+
+// String returns the size in the largest unit that divides it; 0 as 0.
 func (v sizeValue) String() string {
 	if v.n == nil {
 		return ""
 	}
 	n := *v.n
-	for _, u := range []struct {
-		name  string
-		shift uint
-	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+	for _, u := range sizeUnits {
 		if n != 0 && n%(1<<u.shift) == 0 {
 			return strconv.FormatInt(n>>u.shift, 10) + u.name
 		}
@@ -89,11 +92,8 @@ func (v sizeValue) Set(s string) error {
 // or GiB (in any case).
 func parseSize(s string) (int64, error) {
 	num, shift := s, uint(0)
-	for _, u := range []struct {
-		name  string
-		shift uint
-	}{{"kib", 10}, {"mib", 20}, {"gib", 30}, {"b", 0}} {
-		if strings.HasSuffix(strings.ToLower(s), u.name) {
+	for _, u := range sizeUnits {
+		if len(s) >= len(u.name) && strings.EqualFold(s[len(s)-len(u.name):], u.name) {
 			num, shift = s[:len(s)-len(u.name)], u.shift
 			break
 		}
